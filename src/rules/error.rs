@@ -1,0 +1,78 @@
+//! Errors from loading and compiling rules files. Every one names the file and, where
+//! there is one, the line, the rule and the child, and says what to do about it.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// A place in a rules file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    pub file: PathBuf,
+    pub line: usize,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file.display(), self.line)
+    }
+}
+
+/// Why a rules file, or one rule in it, could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file or directory could not be read.
+    #[error("{}: cannot read rules: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is larger than a rules file may be.
+    #[error("{}: {size} bytes is more than the {limit} bytes a rules file may have; split it into several files", path.display())]
+    TooLarge { path: PathBuf, size: u64, limit: u64 },
+    /// The YAML does not parse, or a document does not have the shape of a rule.
+    #[error("{}:{line}:{column}: {message}", path.display())]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// A rule has the right shape but something in it is wrong.
+    #[error("{at}: rule `{rule}`{}: {problem}\n  fix: {fix}", child_suffix(child))]
+    Rule {
+        at: Location,
+        rule: String,
+        child: Option<String>,
+        problem: String,
+        fix: String,
+    },
+    /// Two rules share a name.
+    #[error("{second}: rule `{rule}` is already defined at {first}\n  fix: give every rule a unique name")]
+    Duplicate {
+        rule: String,
+        first: Location,
+        second: Location,
+    },
+    /// The paths given hold no rules files.
+    #[error("{}: no rules files here (looked for *.yaml and *.yml)", path.display())]
+    NoFiles { path: PathBuf },
+}
+
+fn child_suffix(child: &Option<String>) -> String {
+    child.as_ref().map(|c| format!(", child `{c}`")).unwrap_or_default()
+}
+
+impl LoadError {
+    /// The file the error is about.
+    pub fn file(&self) -> &std::path::Path {
+        match self {
+            LoadError::Read { path, .. }
+            | LoadError::TooLarge { path, .. }
+            | LoadError::Syntax { path, .. }
+            | LoadError::NoFiles { path } => path,
+            LoadError::Rule { at, .. } => &at.file,
+            LoadError::Duplicate { second, .. } => &second.file,
+        }
+    }
+}

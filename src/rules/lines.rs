@@ -1,0 +1,157 @@
+//! Where each node of a YAML document stands in its file: a map from a dotted path
+//! (`children[0].template.spec.replicas`) to its 1-based line. serde gives no positions
+//! for values that deserialize fine but fail to compile, so errors look them up here.
+//! Aliases are not expanded, so this pass costs no more than the text.
+
+use std::collections::HashMap;
+use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
+use yaml_rust2::scanner::Marker;
+
+/// Line numbers of one YAML document's nodes, by path.
+#[derive(Debug, Default, Clone)]
+pub struct LineIndex {
+    lines: HashMap<String, usize>,
+    /// Line of the document's first node.
+    pub start: usize,
+}
+
+impl LineIndex {
+    /// The line of `path`, or of its nearest indexed ancestor.
+    pub fn line(&self, path: &str) -> usize {
+        let mut p = path;
+        loop {
+            if let Some(l) = self.lines.get(p) {
+                return *l;
+            }
+            match p.rfind(['.', '[']) {
+                Some(i) => p = &p[..i],
+                None => return self.start,
+            }
+        }
+    }
+}
+
+/// Indexes every document of a YAML stream. A stream that does not parse gives what was
+/// indexed before the error; the serde pass reports the error itself.
+pub fn index_documents(text: &str) -> Vec<LineIndex> {
+    let mut rx = Receiver::default();
+    let mut parser = Parser::new_from_str(text);
+    let _ = parser.load(&mut rx, true);
+    if rx.in_doc {
+        rx.docs.push(std::mem::take(&mut rx.current));
+    }
+    rx.docs
+}
+
+enum Frame {
+    Map { path: String, key: Option<String> },
+    Seq { path: String, next: usize },
+    /// A complex key or other node whose path we do not track.
+    Opaque,
+}
+
+#[derive(Default)]
+struct Receiver {
+    docs: Vec<LineIndex>,
+    current: LineIndex,
+    stack: Vec<Frame>,
+    in_doc: bool,
+}
+
+fn join(parent: &str, key: &str) -> String {
+    if parent.is_empty() {
+        key.to_string()
+    } else {
+        format!("{parent}.{key}")
+    }
+}
+
+impl Receiver {
+    /// The path of a node starting now, or None if it is a mapping key (recorded here).
+    fn node_path(&mut self, ev: &Event, line: usize) -> Option<Option<String>> {
+        match self.stack.last_mut() {
+            None => Some(Some(String::new())),
+            Some(Frame::Opaque) => Some(None),
+            Some(Frame::Seq { path, next }) => {
+                let p = format!("{path}[{next}]");
+                *next += 1;
+                Some(Some(p))
+            }
+            Some(Frame::Map { path, key }) => match key.take() {
+                Some(k) => Some(Some(join(path, &k))),
+                None => {
+                    if let Event::Scalar(s, ..) = ev {
+                        let p = join(path, s);
+                        self.current.lines.entry(p).or_insert(line);
+                        *key = Some(s.clone());
+                        None
+                    } else {
+                        // A complex key: track nothing below it, and skip its value too.
+                        *key = Some(String::from("\u{0}complex"));
+                        Some(None)
+                    }
+                }
+            },
+        }
+    }
+}
+
+impl MarkedEventReceiver for Receiver {
+    fn on_event(&mut self, ev: Event, mark: Marker) {
+        let line = mark.line();
+        match ev {
+            Event::DocumentStart => {
+                self.in_doc = true;
+                self.current = LineIndex { start: line, ..Default::default() };
+                self.stack.clear();
+            }
+            Event::DocumentEnd => {
+                if self.in_doc {
+                    self.docs.push(std::mem::take(&mut self.current));
+                }
+                self.in_doc = false;
+            }
+            Event::Scalar(..) | Event::Alias(_) | Event::MappingStart(..) | Event::SequenceStart(..) => {
+                let Some(path) = self.node_path(&ev, line) else {
+                    return; // a mapping key
+                };
+                if let Some(p) = &path {
+                    self.current.lines.entry(p.clone()).or_insert(line);
+                }
+                match (ev, path) {
+                    (Event::MappingStart(..), Some(p)) => self.stack.push(Frame::Map { path: p, key: None }),
+                    (Event::SequenceStart(..), Some(p)) => self.stack.push(Frame::Seq { path: p, next: 0 }),
+                    (Event::MappingStart(..) | Event::SequenceStart(..), None) => self.stack.push(Frame::Opaque),
+                    _ => {}
+                }
+            }
+            Event::MappingEnd | Event::SequenceEnd => {
+                self.stack.pop();
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_map_to_their_lines_in_each_document() {
+        let text = "name: a\nchildren:\n  - id: x\n    template:\n      spec:\n        replicas: 1\n---\nname: b\n";
+        let docs = index_documents(text);
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[0].line("name"), 1);
+        assert_eq!(docs[0].line("children[0].id"), 3);
+        assert_eq!(docs[0].line("children[0].template.spec.replicas"), 6);
+        assert_eq!(docs[1].line("name"), 8);
+    }
+
+    #[test]
+    fn an_unknown_path_falls_back_to_its_nearest_ancestor() {
+        let docs = index_documents("a:\n  b:\n    c: 1\n");
+        assert_eq!(docs[0].line("a.b.zzz"), 2);
+        assert_eq!(docs[0].line("nothing"), 1);
+    }
+}

@@ -1,0 +1,154 @@
+//! Reads rules files (a file, or every `*.yaml`/`*.yml` in a directory, as a mounted
+//! ConfigMap lays them out) and compiles each rule in them. A file yields the rules that
+//! compiled and the errors of those that did not, so one bad rule never hides the others.
+
+use super::compile::{CompiledRule, compile};
+use super::error::{LoadError, Location};
+use super::lines::{LineIndex, index_documents};
+use super::spec::RuleSpec;
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The largest rules file accepted.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// What one rules file gave.
+#[derive(Debug, Default)]
+pub struct FileLoad {
+    pub path: PathBuf,
+    pub rules: Vec<Arc<CompiledRule>>,
+    pub errors: Vec<LoadError>,
+}
+
+/// Lists the rules files under `paths`: files as given, directories' `*.yaml`/`*.yml`
+/// (recursively, skipping hidden entries such as a ConfigMap's `..data`), sorted.
+pub fn collect_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
+    let mut out = Vec::new();
+    for p in paths {
+        let meta = std::fs::metadata(p).map_err(|source| LoadError::Read { path: p.clone(), source })?;
+        if meta.is_dir() {
+            let before = out.len();
+            walk(p, &mut out)?;
+            if out.len() == before {
+                return Err(LoadError::NoFiles { path: p.clone() });
+            }
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
+    let read = |e| LoadError::Read { path: dir.to_path_buf(), source: e };
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(read)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| !p.file_name().and_then(|n| n.to_str()).is_none_or(|n| n.starts_with('.')))
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            walk(&p, out)?;
+        } else if p.extension().and_then(|e| e.to_str()).is_some_and(|e| e == "yaml" || e == "yml") {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// Reads and compiles one file.
+pub fn load_file(path: &Path) -> FileLoad {
+    let mut load = FileLoad { path: path.to_path_buf(), ..Default::default() };
+    let text = match read_bounded(path) {
+        Ok(t) => t,
+        Err(e) => {
+            load.errors.push(e);
+            return load;
+        }
+    };
+    let (rules, errors) = load_str(&text, path);
+    load.rules = rules;
+    load.errors = errors;
+    load
+}
+
+fn read_bounded(path: &Path) -> Result<String, LoadError> {
+    let read = |source| LoadError::Read { path: path.to_path_buf(), source };
+    let size = std::fs::metadata(path).map_err(read)?.len();
+    if size > MAX_FILE_BYTES {
+        return Err(LoadError::TooLarge { path: path.to_path_buf(), size, limit: MAX_FILE_BYTES });
+    }
+    std::fs::read_to_string(path).map_err(read)
+}
+
+/// Compiles every rule of a YAML stream; `path` names it in errors.
+pub fn load_str(text: &str, path: &Path) -> (Vec<Arc<CompiledRule>>, Vec<LoadError>) {
+    let mut rules = Vec::new();
+    let mut errors = Vec::new();
+    let indexes = index_documents(text);
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let fallback = LineIndex::default();
+        let lines = indexes.get(i).unwrap_or(&fallback);
+        match Option::<RuleSpec>::deserialize(doc) {
+            Ok(None) => {}
+            Ok(Some(spec)) => match compile(&spec, path, lines) {
+                Ok(rule) => rules.push(Arc::new(rule)),
+                Err(mut e) => errors.append(&mut e),
+            },
+            Err(e) => {
+                let (line, column) = e.location().map(|l| (l.line(), l.column())).unwrap_or((lines.start, 1));
+                errors.push(LoadError::Syntax { path: path.to_path_buf(), line, column, message: e.to_string() });
+                // After a syntax error the stream cannot be trusted; stop here.
+                if e.location().is_none() || is_fatal(&e) {
+                    break;
+                }
+            }
+        }
+    }
+    (rules, errors)
+}
+
+/// Errors after which serde_yaml yields no further documents.
+fn is_fatal(e: &serde_yaml::Error) -> bool {
+    let s = e.to_string();
+    s.contains("while parsing") || s.contains("while scanning") || s.contains("recursion limit") || s.contains("repetition limit")
+}
+
+/// Loads every rules file under `paths`: all rules that compiled, and all errors (including
+/// duplicate rule names across files; the first definition wins).
+pub fn load_paths(paths: &[PathBuf]) -> (Vec<Arc<CompiledRule>>, Vec<LoadError>) {
+    let files = match collect_files(paths) {
+        Ok(f) => f,
+        Err(e) => return (Vec::new(), vec![e]),
+    };
+    let mut rules = Vec::new();
+    let mut errors = Vec::new();
+    for f in files {
+        let mut load = load_file(&f);
+        rules.append(&mut load.rules);
+        errors.append(&mut load.errors);
+    }
+    let (rules, mut dups) = dedupe(rules);
+    errors.append(&mut dups);
+    (rules, errors)
+}
+
+/// Keeps the first rule of each name; later ones become errors.
+pub fn dedupe(rules: Vec<Arc<CompiledRule>>) -> (Vec<Arc<CompiledRule>>, Vec<LoadError>) {
+    let mut seen: HashMap<String, Location> = HashMap::new();
+    let mut kept = Vec::new();
+    let mut errors = Vec::new();
+    for r in rules {
+        if let Some(first) = seen.get(&r.name) {
+            errors.push(LoadError::Duplicate { rule: r.name.clone(), first: first.clone(), second: r.at.clone() });
+        } else {
+            seen.insert(r.name.clone(), r.at.clone());
+            kept.push(r);
+        }
+    }
+    (kept, errors)
+}

@@ -1,0 +1,118 @@
+//! The compiled form of every template and expression of one rule: a minijinja
+//! environment that owns the text templates, and the expressions compiled against it.
+//! Compiled once when the rule is loaded; evaluated for every custom resource.
+
+use minijinja::value::Value as JinjaValue;
+use minijinja::{AutoEscape, Environment, Expression, UndefinedBehavior};
+use std::sync::Arc;
+
+/// Fuel for one evaluation: enough for any honest template, too little for a runaway loop.
+pub const FUEL: u64 = 200_000;
+/// How deep templates may recurse (macros, nested calls).
+pub const RECURSION_LIMIT: usize = 64;
+/// The most text one templated string may render to.
+pub const MAX_TEXT_BYTES: usize = 256 * 1024;
+
+/// An expression of the rule, with where it stands (for errors).
+#[derive(Debug, Clone)]
+pub struct ExprRef {
+    pub(crate) index: usize,
+    /// Dotted path inside the rule, e.g. `children[0].template.spec.replicas`.
+    pub at: Arc<str>,
+    pub source: Arc<str>,
+}
+
+/// A text template of the rule (a string with `{{ }}` among other text).
+#[derive(Debug, Clone)]
+pub struct TextRef {
+    pub(crate) name: Arc<str>,
+    pub at: Arc<str>,
+}
+
+type Expressions<'env> = Vec<Expression<'env, 'static>>;
+
+self_cell::self_cell!(
+    struct Cell {
+        owner: Environment<'static>,
+        #[covariant]
+        dependent: Expressions,
+    }
+);
+
+/// The rule's environment and compiled expressions.
+pub struct Program {
+    cell: Cell,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Program").field("expressions", &self.cell.borrow_dependent().len()).finish()
+    }
+}
+
+/// The environment every rule uses: no HTML escaping, undefined values are errors except
+/// in tests and conditions, bounded fuel and recursion.
+pub fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_auto_escape_callback(|_| AutoEscape::None);
+    env.set_undefined_behavior(UndefinedBehavior::SemiStrict);
+    env.set_fuel(Some(FUEL));
+    env.set_recursion_limit(RECURSION_LIMIT);
+    env
+}
+
+impl Program {
+    /// Compiles `expressions` against `env` (which already holds the text templates).
+    /// On failure, gives the index of the expression that failed and the error.
+    pub fn new(
+        env: Environment<'static>,
+        expressions: &[Arc<str>],
+    ) -> Result<Program, (usize, minijinja::Error)> {
+        let cell = Cell::try_new(env, |env| {
+            expressions
+                .iter()
+                .enumerate()
+                .map(|(i, src)| env.compile_expression_owned(src.to_string()).map_err(|e| (i, e)))
+                .collect::<Result<Vec<_>, _>>()
+        })?;
+        Ok(Program { cell })
+    }
+
+    /// Evaluates an expression with `ctx` as its variables.
+    pub fn eval(&self, e: &ExprRef, ctx: &JinjaValue) -> Result<JinjaValue, minijinja::Error> {
+        let expr = self.cell.borrow_dependent().get(e.index).ok_or_else(|| {
+            minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, "unknown expression")
+        })?;
+        expr.eval(ctx.clone())
+    }
+
+    /// Renders a text template with `ctx` as its variables, bounded in size.
+    pub fn render(&self, t: &TextRef, ctx: &JinjaValue) -> Result<String, minijinja::Error> {
+        let out = self.cell.borrow_owner().get_template(&t.name)?.render(ctx)?;
+        if out.len() > MAX_TEXT_BYTES {
+            return Err(minijinja::Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                format!("rendered text is {} bytes, more than the {MAX_TEXT_BYTES} allowed", out.len()),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Variables an expression reads that are not in its context (for load-time checks).
+    pub fn expression_variables(&self, e: &ExprRef) -> Vec<String> {
+        self.cell
+            .borrow_dependent()
+            .get(e.index)
+            .map(|x| x.undeclared_variables(false).into_iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// Variables a text template reads that are not in its context.
+    pub fn template_variables(&self, t: &TextRef) -> Vec<String> {
+        self.cell
+            .borrow_owner()
+            .get_template(&t.name)
+            .map(|x| x.undeclared_variables(false).into_iter().collect())
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,127 @@
+//! The rules file format, as written by a platform team: plain data, deserialized from
+//! YAML with unknown fields refused. Nothing here is compiled or checked beyond its shape;
+//! `compile` turns a [`RuleSpec`] into a runnable rule.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// One rule: which custom resource to watch, which children to make from it, and how to
+/// fill its status.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RuleSpec {
+    /// Unique among all loaded rules; used in labels, logs and metrics.
+    pub name: String,
+    /// The parent kind, by group / version / resource (plural).
+    pub watch: WatchSpec,
+    /// Values merged under the custom resource's `spec` before rendering.
+    #[serde(default)]
+    pub defaults: Map<String, Value>,
+    /// The child objects made from every custom resource.
+    #[serde(default)]
+    pub children: Vec<ChildSpec>,
+    /// How the custom resource's status is computed from its children.
+    #[serde(default)]
+    pub status: StatusSpec,
+}
+
+/// Group / version / resource of the watched kind. `group` is empty for the core group.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[serde(deny_unknown_fields)]
+pub struct WatchSpec {
+    #[serde(default)]
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+}
+
+/// One child object: a structured template with an optional condition.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ChildSpec {
+    /// Unique within the rule; names the child in status paths, errors and labels.
+    pub id: String,
+    /// An expression; the child exists only while it is true. Absent means always.
+    #[serde(default)]
+    pub when: Option<String>,
+    /// The object, as YAML; every string scalar in it may be a template.
+    pub template: Value,
+}
+
+/// Status fields and readiness.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StatusSpec {
+    /// Computed in order; each may use the ones before it as `status.<name>`.
+    #[serde(default)]
+    pub fields: Vec<FieldSpec>,
+    /// An expression; its truth sets the `Ready` condition. Absent means "all children exist".
+    #[serde(default)]
+    pub ready: Option<String>,
+}
+
+/// One status field: either a JSONPath over a child (or the custom resource itself), or
+/// an expression over everything computed so far.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FieldSpec {
+    pub name: String,
+    /// A child id, or `self` for the custom resource. Goes with `path`.
+    #[serde(default)]
+    pub from: Option<String>,
+    /// A JSONPath (RFC 9535), e.g. `$.status.readyReplicas`. Goes with `from`.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// An expression, instead of `from` + `path`.
+    #[serde(default)]
+    pub value: Option<String>,
+    #[serde(rename = "type")]
+    pub ty: FieldType,
+    /// Used when the path matches nothing or the expression gives nothing.
+    #[serde(default)]
+    pub default: Option<Value>,
+    /// `false` keeps the field out of the written status (a helper for later fields).
+    #[serde(default = "yes")]
+    pub export: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The declared type of a status field; values are checked against it.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FieldType {
+    Integer,
+    Number,
+    String,
+    Boolean,
+    Object,
+    Array,
+}
+
+impl FieldType {
+    /// Whether `v` is a value of this type (an integer is also a number).
+    pub fn admits(self, v: &Value) -> bool {
+        match self {
+            FieldType::Integer => v.is_i64() || v.is_u64(),
+            FieldType::Number => v.is_number(),
+            FieldType::String => v.is_string(),
+            FieldType::Boolean => v.is_boolean(),
+            FieldType::Object => v.is_object(),
+            FieldType::Array => v.is_array(),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FieldType::Integer => "integer",
+            FieldType::Number => "number",
+            FieldType::String => "string",
+            FieldType::Boolean => "boolean",
+            FieldType::Object => "object",
+            FieldType::Array => "array",
+        }
+    }
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# `make test`: every test, against the real local control plane.
+#  1. builds (once) and starts the control plane unless this clone's is already up;
+#  2. runs the Rust unit and integration tests (KUBECONFIG points at it);
+#  3. runs the control-plane self-test (a second cluster beside the first, then down.sh
+#     must leave no process and no port behind);
+#  4. stops the cluster if it started it.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+kubeconfig="$repo/target/cluster/kubeconfig"
+
+started=0
+if ! { [ -f "$kubeconfig" ] && kubectl --kubeconfig "$kubeconfig" get --raw /readyz >/dev/null 2>&1; }; then
+  tests/cluster/up.sh
+  started=1
+fi
+cleanup() { if [ "$started" = 1 ]; then tests/cluster/down.sh; fi; }
+trap cleanup EXIT
+
+export KUBECONFIG="$kubeconfig"
+export RUST_BACKTRACE=1
+cargo build --bins --quiet
+cargo test --all-targets -- --test-threads "${RULEOP_TEST_THREADS:-4}"
+tests/cluster/selftest.sh
