@@ -5,4 +5,8 @@
 //! [`controller`] runs the pipeline for every custom resource of every rule.
 #![forbid(unsafe_code)]
 
+pub mod cli;
+pub mod controller;
+pub mod render;
 pub mod rules;
+pub mod status;

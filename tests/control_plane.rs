@@ -17,10 +17,15 @@ async fn a_namespaced_object_can_be_created_and_watched() {
     let client = common::client().await;
     let ns = common::namespace(&client, "cp-watch").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    let mut stream = watcher(api.clone(), watcher::Config::default().fields("metadata.name=watched"))
-        .applied_objects()
-        .boxed();
-    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "watched"}, "data": {"k": "v"}})).unwrap();
+    let mut stream = watcher(
+        api.clone(),
+        watcher::Config::default().fields("metadata.name=watched"),
+    )
+    .applied_objects()
+    .boxed();
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "watched"}, "data": {"k": "v"}}))
+            .unwrap();
     api.create(&PostParams::default(), &cm).await.unwrap();
     let seen = tokio::time::timeout(Duration::from_secs(20), stream.try_next())
         .await
@@ -76,9 +81,18 @@ async fn deleting_an_owner_removes_its_child_through_the_garbage_collector() {
     .unwrap();
     api.create(&PostParams::default(), &child).await.unwrap();
     assert!(api.get_opt("child").await.unwrap().is_some());
-    api.delete("owner", &DeleteParams::background()).await.unwrap();
-    common::eventually(Duration::from_secs(60), "child garbage-collected", || async {
-        api.get_opt("child").await.ok().and_then(|c| if c.is_none() { Some(()) } else { None })
-    })
+    api.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    common::eventually(
+        Duration::from_secs(60),
+        "child garbage-collected",
+        || async {
+            api.get_opt("child")
+                .await
+                .ok()
+                .and_then(|c| if c.is_none() { Some(()) } else { None })
+        },
+    )
     .await;
 }

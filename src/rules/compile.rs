@@ -41,10 +41,16 @@ pub struct CompiledChild {
 impl CompiledChild {
     /// The API group of the child's kind (empty for the core group).
     pub fn group(&self) -> &str {
-        self.api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("")
+        self.api_version
+            .rsplit_once('/')
+            .map(|(g, _)| g)
+            .unwrap_or("")
     }
     pub fn version(&self) -> &str {
-        self.api_version.rsplit_once('/').map(|(_, v)| v).unwrap_or(&self.api_version)
+        self.api_version
+            .rsplit_once('/')
+            .map(|(_, v)| v)
+            .unwrap_or(&self.api_version)
     }
 }
 
@@ -102,11 +108,29 @@ pub enum Source {
 }
 
 /// Variables templates see (see README, "Template context").
-pub const TEMPLATE_VARIABLES: &[&str] = &["name", "namespace", "metadata", "spec", "labels", "selectorLabels", "rule"];
+pub const TEMPLATE_VARIABLES: &[&str] = &[
+    "name",
+    "namespace",
+    "metadata",
+    "spec",
+    "labels",
+    "selectorLabels",
+    "rule",
+];
 /// Variables status expressions see in addition.
 pub const STATUS_VARIABLES: &[&str] = &["children", "status", "self"];
 /// Globals minijinja itself provides.
-const GLOBALS: &[&str] = &["range", "dict", "debug", "namespace", "loop", "self", "true", "false", "none"];
+const GLOBALS: &[&str] = &[
+    "range",
+    "dict",
+    "debug",
+    "namespace",
+    "loop",
+    "self",
+    "true",
+    "false",
+    "none",
+];
 
 /// Built-in kinds that are cluster-scoped, by (group, kind): refused as children at load.
 /// Kinds from CRDs are checked against discovery when the rule starts.
@@ -127,17 +151,28 @@ const CLUSTER_SCOPED: &[(&str, &str)] = &[
     ("node.k8s.io", "RuntimeClass"),
     ("networking.k8s.io", "IngressClass"),
     ("certificates.k8s.io", "CertificateSigningRequest"),
-    ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
-    ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+    ),
     ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
-    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding"),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicyBinding",
+    ),
     ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
     ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
 ];
 
 /// Whether a built-in kind is known to be cluster-scoped.
 pub fn known_cluster_scoped(group: &str, kind: &str) -> bool {
-    CLUSTER_SCOPED.iter().any(|(g, k)| *g == group && *k == kind)
+    CLUSTER_SCOPED
+        .iter()
+        .any(|(g, k)| *g == group && *k == kind)
 }
 
 /// Collects problems while compiling one rule.
@@ -157,10 +192,19 @@ struct Compiler<'a> {
 
 impl Compiler<'_> {
     fn at(&self, path: &str) -> Location {
-        Location { file: self.file.to_path_buf(), line: self.lines.line(path) }
+        Location {
+            file: self.file.to_path_buf(),
+            line: self.lines.line(path),
+        }
     }
 
-    fn error(&mut self, path: &str, child: Option<&str>, problem: impl Into<String>, fix: impl Into<String>) {
+    fn error(
+        &mut self,
+        path: &str,
+        child: Option<&str>,
+        problem: impl Into<String>,
+        fix: impl Into<String>,
+    ) {
         self.errors.push(LoadError::Rule {
             at: self.at(path),
             rule: self.rule.clone(),
@@ -171,24 +215,40 @@ impl Compiler<'_> {
     }
 
     fn expr(&mut self, path: &str, child: Option<&str>, source: &str, status: bool) -> ExprRef {
-        let r = ExprRef { index: self.exprs.len(), at: path.into(), source: source.into() };
+        let r = ExprRef {
+            index: self.exprs.len(),
+            at: path.into(),
+            source: source.into(),
+        };
         self.exprs.push(source.into());
         self.expr_at.push((path.into(), child.map(str::to_string)));
-        self.expr_refs.push((r.clone(), child.map(str::to_string), status));
+        self.expr_refs
+            .push((r.clone(), child.map(str::to_string), status));
         r
     }
 
     fn text(&mut self, path: &str, child: Option<&str>, source: &str) -> Option<TextRef> {
         let name: Arc<str> = format!("t{}", self.texts).into();
         self.texts += 1;
-        match self.env.add_template_owned(name.to_string(), source.to_string()) {
+        match self
+            .env
+            .add_template_owned(name.to_string(), source.to_string())
+        {
             Ok(()) => {
-                let r = TextRef { name, at: path.into() };
+                let r = TextRef {
+                    name,
+                    at: path.into(),
+                };
                 self.text_refs.push((r.clone(), child.map(str::to_string)));
                 Some(r)
             }
             Err(e) => {
-                self.error(path, child, format!("template error in {source:?}: {}", jinja_reason(&e)), "fix the template syntax ({{ expr }}, {% if %}...{% endif %})");
+                self.error(
+                    path,
+                    child,
+                    format!("template error in {source:?}: {}", jinja_reason(&e)),
+                    "fix the template syntax ({{ expr }}, {% if %}...{% endif %})",
+                );
                 None
             }
         }
@@ -208,7 +268,11 @@ impl Compiler<'_> {
             Value::Object(m) => Node::Map(
                 m.iter()
                     .map(|(k, v)| {
-                        let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                        let p = if path.is_empty() {
+                            k.clone()
+                        } else {
+                            format!("{path}.{k}")
+                        };
                         let key = match classify(k) {
                             Scalar::Literal => Key::Literal(k.clone()),
                             _ => match self.text(&p, Some(child), k) {
@@ -220,7 +284,12 @@ impl Compiler<'_> {
                     })
                     .collect(),
             ),
-            Value::Array(a) => Node::Seq(a.iter().enumerate().map(|(i, v)| self.node(v, &format!("{path}[{i}]"), child)).collect()),
+            Value::Array(a) => Node::Seq(
+                a.iter()
+                    .enumerate()
+                    .map(|(i, v)| self.node(v, &format!("{path}[{i}]"), child))
+                    .collect(),
+            ),
             other => Node::Literal(other.clone()),
         }
     }
@@ -235,7 +304,8 @@ enum Scalar<'a> {
 }
 
 fn classify(s: &str) -> Scalar<'_> {
-    let has_syntax = |t: &str| t.contains("{{") || t.contains("}}") || t.contains("{%") || t.contains("{#");
+    let has_syntax =
+        |t: &str| t.contains("{{") || t.contains("}}") || t.contains("{%") || t.contains("{#");
     let t = s.trim();
     if let Some(inner) = t.strip_prefix("{{").and_then(|r| r.strip_suffix("}}")) {
         let inner = inner.trim_start_matches('-').trim_end_matches('-');
@@ -243,7 +313,11 @@ fn classify(s: &str) -> Scalar<'_> {
             return Scalar::Expr(inner.trim());
         }
     }
-    if has_syntax(s) { Scalar::Text } else { Scalar::Literal }
+    if has_syntax(s) {
+        Scalar::Text
+    } else {
+        Scalar::Literal
+    }
 }
 
 /// The first line of a minijinja error, without its debug dump.
@@ -259,18 +333,24 @@ pub fn jinja_reason(e: &minijinja::Error) -> String {
 fn is_label_value(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
 
 fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Compiles one rule. `lines` is the line index of the document it came from.
-pub fn compile(spec: &RuleSpec, file: &Path, lines: &LineIndex) -> Result<CompiledRule, Vec<LoadError>> {
+pub fn compile(
+    spec: &RuleSpec,
+    file: &Path,
+    lines: &LineIndex,
+) -> Result<CompiledRule, Vec<LoadError>> {
     let mut c = Compiler {
         file,
         lines,
@@ -284,7 +364,12 @@ pub fn compile(spec: &RuleSpec, file: &Path, lines: &LineIndex) -> Result<Compil
         text_refs: Vec::new(),
     };
     if !is_label_value(&spec.name) {
-        c.error("name", None, format!("rule name {:?} is not a valid label value", spec.name), "use lowercase letters, digits and '-', at most 63 characters");
+        c.error(
+            "name",
+            None,
+            format!("rule name {:?} is not a valid label value", spec.name),
+            "use lowercase letters, digits and '-', at most 63 characters",
+        );
     }
     check_watch(&mut c, &spec.watch);
 
@@ -296,7 +381,11 @@ pub fn compile(spec: &RuleSpec, file: &Path, lines: &LineIndex) -> Result<Compil
     }
     let ids: Vec<&str> = spec.children.iter().map(|c| c.id.as_str()).collect();
     let fields = compile_fields(&mut c, spec, &ids);
-    let ready = spec.status.ready.as_deref().map(|r| c.expr("status.ready", None, r, true));
+    let ready = spec
+        .status
+        .ready
+        .as_deref()
+        .map(|r| c.expr("status.ready", None, r, true));
 
     let env = std::mem::replace(&mut c.env, program::environment());
     let program = match Program::new(env, &c.exprs) {
@@ -304,7 +393,12 @@ pub fn compile(spec: &RuleSpec, file: &Path, lines: &LineIndex) -> Result<Compil
         Err((i, e)) => {
             let (path, child) = c.expr_at[i].clone();
             let src = c.exprs[i].clone();
-            c.error(&path, child.as_deref(), format!("expression error in {src:?}: {}", jinja_reason(&e)), "fix the expression syntax (minijinja, like Jinja2)");
+            c.error(
+                &path,
+                child.as_deref(),
+                format!("expression error in {src:?}: {}", jinja_reason(&e)),
+                "fix the expression syntax (minijinja, like Jinja2)",
+            );
             None
         }
     };
@@ -335,45 +429,98 @@ fn fingerprint(spec: &RuleSpec) -> String {
 
 fn check_watch(c: &mut Compiler<'_>, w: &WatchSpec) {
     if w.version.is_empty() {
-        c.error("watch.version", None, "watch.version is empty", "set the API version of the watched kind, e.g. v1");
+        c.error(
+            "watch.version",
+            None,
+            "watch.version is empty",
+            "set the API version of the watched kind, e.g. v1",
+        );
     }
     if w.resource.is_empty() || w.resource.bytes().any(|b| b.is_ascii_uppercase()) {
-        c.error("watch.resource", None, format!("watch.resource {:?} is not a resource name", w.resource), "use the lowercase plural, e.g. websites (as in `kubectl api-resources`)");
+        c.error(
+            "watch.resource",
+            None,
+            format!("watch.resource {:?} is not a resource name", w.resource),
+            "use the lowercase plural, e.g. websites (as in `kubectl api-resources`)",
+        );
     }
 }
 
-fn compile_child(c: &mut Compiler<'_>, i: usize, ch: &super::spec::ChildSpec) -> Option<CompiledChild> {
+fn compile_child(
+    c: &mut Compiler<'_>,
+    i: usize,
+    ch: &super::spec::ChildSpec,
+) -> Option<CompiledChild> {
     let base = format!("children[{i}]");
     let id = ch.id.as_str();
     if !is_label_value(id) {
-        c.error(&format!("{base}.id"), Some(id), format!("child id {id:?} is not a valid label value"), "use lowercase letters, digits and '-'");
+        c.error(
+            &format!("{base}.id"),
+            Some(id),
+            format!("child id {id:?} is not a valid label value"),
+            "use lowercase letters, digits and '-'",
+        );
     }
     let tpath = format!("{base}.template");
     let Some(t) = ch.template.as_object() else {
-        c.error(&tpath, Some(id), "template is not a mapping", "write the child object as YAML under `template:`");
+        c.error(
+            &tpath,
+            Some(id),
+            "template is not a mapping",
+            "write the child object as YAML under `template:`",
+        );
         return None;
     };
-    let literal = |key: &str| t.get(key).and_then(Value::as_str).filter(|s| matches!(classify(s), Scalar::Literal));
+    let literal = |key: &str| {
+        t.get(key)
+            .and_then(Value::as_str)
+            .filter(|s| matches!(classify(s), Scalar::Literal))
+    };
     let (Some(api_version), Some(kind)) = (literal("apiVersion"), literal("kind")) else {
-        c.error(&tpath, Some(id), "template needs literal `apiVersion` and `kind` (they cannot be templated)", "write e.g. `apiVersion: apps/v1` and `kind: Deployment`");
+        c.error(
+            &tpath,
+            Some(id),
+            "template needs literal `apiVersion` and `kind` (they cannot be templated)",
+            "write e.g. `apiVersion: apps/v1` and `kind: Deployment`",
+        );
         return None;
     };
     let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
     if known_cluster_scoped(group, kind) {
-        c.error(&format!("{tpath}.kind"), Some(id), format!("{kind} is cluster-scoped; children always live in the custom resource's namespace"), "use a namespaced kind (e.g. Role instead of ClusterRole)");
+        c.error(
+            &format!("{tpath}.kind"),
+            Some(id),
+            format!(
+                "{kind} is cluster-scoped; children always live in the custom resource's namespace"
+            ),
+            "use a namespaced kind (e.g. Role instead of ClusterRole)",
+        );
     }
     let meta = t.get("metadata").and_then(Value::as_object);
-    if meta.and_then(|m| m.get("name")).is_none_or(|n| n.as_str().is_none_or(str::is_empty)) {
-        c.error(&format!("{tpath}.metadata"), Some(id), "template has no metadata.name", "name the child, e.g. `name: \"{{ name }}-web\"`");
+    if meta
+        .and_then(|m| m.get("name"))
+        .is_none_or(|n| n.as_str().is_none_or(str::is_empty))
+    {
+        c.error(
+            &format!("{tpath}.metadata"),
+            Some(id),
+            "template has no metadata.name",
+            "name the child, e.g. `name: \"{{ name }}-web\"`",
+        );
     }
     if let Some(ns) = meta.and_then(|m| m.get("namespace")) {
-        let literal_ns = ns.as_str().is_none_or(|s| matches!(classify(s), Scalar::Literal));
+        let literal_ns = ns
+            .as_str()
+            .is_none_or(|s| matches!(classify(s), Scalar::Literal));
         if literal_ns {
             c.error(&format!("{tpath}.metadata.namespace"), Some(id), format!("template sets metadata.namespace to {ns}; children always live in the custom resource's namespace"), "remove metadata.namespace (ruleop sets it)");
         }
     }
     let template = c.node(&ch.template, &tpath, id);
-    let when = ch.when.as_deref().map(|w| c.expr(&format!("{base}.when"), Some(id), w, false));
+    let when = ch
+        .when
+        .as_deref()
+        .map(|w| c.expr(&format!("{base}.when"), Some(id), w, false));
     Some(CompiledChild {
         id: id.to_string(),
         api_version: api_version.to_string(),
@@ -388,7 +535,12 @@ fn compile_fields(c: &mut Compiler<'_>, spec: &RuleSpec, ids: &[&str]) -> Vec<Co
     let mut seen_ids = std::collections::HashSet::new();
     for (i, id) in ids.iter().enumerate() {
         if !seen_ids.insert(*id) {
-            c.error(&format!("children[{i}].id"), Some(id), format!("child id {id:?} is used twice"), "give every child of a rule its own id");
+            c.error(
+                &format!("children[{i}].id"),
+                Some(id),
+                format!("child id {id:?} is used twice"),
+                "give every child of a rule its own id",
+            );
         }
     }
     let mut out = Vec::new();
@@ -396,15 +548,30 @@ fn compile_fields(c: &mut Compiler<'_>, spec: &RuleSpec, ids: &[&str]) -> Vec<Co
     for (i, f) in spec.status.fields.iter().enumerate() {
         let base = format!("status.fields[{i}]");
         if !is_identifier(&f.name) {
-            c.error(&format!("{base}.name"), None, format!("status field name {:?} is not an identifier", f.name), "use letters, digits and '_', starting with a letter");
+            c.error(
+                &format!("{base}.name"),
+                None,
+                format!("status field name {:?} is not an identifier", f.name),
+                "use letters, digits and '_', starting with a letter",
+            );
         }
         if !names.insert(f.name.clone()) {
-            c.error(&format!("{base}.name"), None, format!("status field {:?} is defined twice", f.name), "give every status field its own name");
+            c.error(
+                &format!("{base}.name"),
+                None,
+                format!("status field {:?} is defined twice", f.name),
+                "give every status field its own name",
+            );
         }
         if let Some(d) = &f.default
             && !f.ty.admits(d)
         {
-            c.error(&format!("{base}.default"), None, format!("default {d} is not of type {}", f.ty.name()), "make the default match the declared type");
+            c.error(
+                &format!("{base}.default"),
+                None,
+                format!("default {d} is not of type {}", f.ty.name()),
+                "make the default match the declared type",
+            );
         }
         let source = match (&f.from, &f.path, &f.value) {
             (Some(from), Some(path), None) => {
@@ -413,18 +580,32 @@ fn compile_fields(c: &mut Compiler<'_>, spec: &RuleSpec, ids: &[&str]) -> Vec<Co
                 } else if let Some(ix) = ids.iter().position(|id| id == from) {
                     Some(Source::Child(ix))
                 } else {
-                    c.error(&format!("{base}.from"), None, format!("`from: {from}` names no child of this rule"), format!("use `self` or one of: {}", ids.join(", ")));
+                    c.error(
+                        &format!("{base}.from"),
+                        None,
+                        format!("`from: {from}` names no child of this rule"),
+                        format!("use `self` or one of: {}", ids.join(", ")),
+                    );
                     None
                 };
                 match jsonpath_rust::parser::parse_json_path(path) {
-                    Ok(q) => from_src.map(|from| FieldSource::Path { from, query: Box::new(q), text: path.clone() }),
+                    Ok(q) => from_src.map(|from| FieldSource::Path {
+                        from,
+                        query: Box::new(q),
+                        text: path.clone(),
+                    }),
                     Err(e) => {
                         c.error(&format!("{base}.path"), None, format!("bad JSONPath {path:?}: {e}"), "write an RFC 9535 JSONPath starting with $, e.g. $.status.readyReplicas");
                         None
                     }
                 }
             }
-            (None, None, Some(v)) => Some(FieldSource::Value(c.expr(&format!("{base}.value"), None, v, true))),
+            (None, None, Some(v)) => Some(FieldSource::Value(c.expr(
+                &format!("{base}.value"),
+                None,
+                v,
+                true,
+            ))),
             _ => {
                 c.error(&base, None, format!("status field {:?} needs either `from` and `path`, or `value`", f.name), "e.g. `from: deployment` + `path: $.status.readyReplicas`, or `value: spec.port`");
                 None
@@ -446,7 +627,11 @@ fn compile_fields(c: &mut Compiler<'_>, spec: &RuleSpec, ids: &[&str]) -> Vec<Co
 
 /// Refuses variables no context provides: a typo (`spce.port`) fails at load, not at 3 a.m.
 fn check_variables(c: &mut Compiler<'_>, p: &Program) {
-    let known = |v: &str, status: bool| TEMPLATE_VARIABLES.contains(&v) || GLOBALS.contains(&v) || (status && STATUS_VARIABLES.contains(&v));
+    let known = |v: &str, status: bool| {
+        TEMPLATE_VARIABLES.contains(&v)
+            || GLOBALS.contains(&v)
+            || (status && STATUS_VARIABLES.contains(&v))
+    };
     let mut problems = Vec::new();
     for (r, child, status) in &c.expr_refs {
         for v in p.expression_variables(r) {
@@ -467,7 +652,12 @@ fn check_variables(c: &mut Compiler<'_>, p: &Program) {
         if status {
             vars.extend(STATUS_VARIABLES);
         }
-        c.error(&at, child.as_deref(), format!("unknown variable `{v}`"), format!("use one of: {}", vars.join(", ")));
+        c.error(
+            &at,
+            child.as_deref(),
+            format!("unknown variable `{v}`"),
+            format!("use one of: {}", vars.join(", ")),
+        );
     }
 }
 
@@ -477,8 +667,14 @@ mod tests {
 
     #[test]
     fn a_lone_expression_keeps_its_type_and_mixed_text_is_a_template() {
-        assert!(matches!(classify("{{ spec.replicas }}"), Scalar::Expr("spec.replicas")));
-        assert!(matches!(classify("  {{- spec.replicas -}} "), Scalar::Expr("spec.replicas")));
+        assert!(matches!(
+            classify("{{ spec.replicas }}"),
+            Scalar::Expr("spec.replicas")
+        ));
+        assert!(matches!(
+            classify("  {{- spec.replicas -}} "),
+            Scalar::Expr("spec.replicas")
+        ));
         assert!(matches!(classify("{{ name }}-web"), Scalar::Text));
         assert!(matches!(classify("{{ a }}{{ b }}"), Scalar::Text));
         assert!(matches!(classify("nginx"), Scalar::Literal));

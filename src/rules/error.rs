@@ -29,7 +29,11 @@ pub enum LoadError {
     },
     /// The file is larger than a rules file may be.
     #[error("{}: {size} bytes is more than the {limit} bytes a rules file may have; split it into several files", path.display())]
-    TooLarge { path: PathBuf, size: u64, limit: u64 },
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
     /// The YAML does not parse, or a document does not have the shape of a rule.
     #[error("{}:{line}:{column}: {message}", path.display())]
     Syntax {
@@ -48,7 +52,9 @@ pub enum LoadError {
         fix: String,
     },
     /// Two rules share a name.
-    #[error("{second}: rule `{rule}` is already defined at {first}\n  fix: give every rule a unique name")]
+    #[error(
+        "{second}: rule `{rule}` is already defined at {first}\n  fix: give every rule a unique name"
+    )]
     Duplicate {
         rule: String,
         first: Location,
@@ -60,7 +66,10 @@ pub enum LoadError {
 }
 
 fn child_suffix(child: &Option<String>) -> String {
-    child.as_ref().map(|c| format!(", child `{c}`")).unwrap_or_default()
+    child
+        .as_ref()
+        .map(|c| format!(", child `{c}`"))
+        .unwrap_or_default()
 }
 
 impl LoadError {

@@ -44,8 +44,14 @@ pub fn index_documents(text: &str) -> Vec<LineIndex> {
 }
 
 enum Frame {
-    Map { path: String, key: Option<String> },
-    Seq { path: String, next: usize },
+    Map {
+        path: String,
+        key: Option<String>,
+    },
+    Seq {
+        path: String,
+        next: usize,
+    },
     /// A complex key or other node whose path we do not track.
     Opaque,
 }
@@ -102,7 +108,10 @@ impl MarkedEventReceiver for Receiver {
         match ev {
             Event::DocumentStart => {
                 self.in_doc = true;
-                self.current = LineIndex { start: line, ..Default::default() };
+                self.current = LineIndex {
+                    start: line,
+                    ..Default::default()
+                };
                 self.stack.clear();
             }
             Event::DocumentEnd => {
@@ -111,7 +120,10 @@ impl MarkedEventReceiver for Receiver {
                 }
                 self.in_doc = false;
             }
-            Event::Scalar(..) | Event::Alias(_) | Event::MappingStart(..) | Event::SequenceStart(..) => {
+            Event::Scalar(..)
+            | Event::Alias(_)
+            | Event::MappingStart(..)
+            | Event::SequenceStart(..) => {
                 let Some(path) = self.node_path(&ev, line) else {
                     return; // a mapping key
                 };
@@ -119,9 +131,15 @@ impl MarkedEventReceiver for Receiver {
                     self.current.lines.entry(p.clone()).or_insert(line);
                 }
                 match (ev, path) {
-                    (Event::MappingStart(..), Some(p)) => self.stack.push(Frame::Map { path: p, key: None }),
-                    (Event::SequenceStart(..), Some(p)) => self.stack.push(Frame::Seq { path: p, next: 0 }),
-                    (Event::MappingStart(..) | Event::SequenceStart(..), None) => self.stack.push(Frame::Opaque),
+                    (Event::MappingStart(..), Some(p)) => {
+                        self.stack.push(Frame::Map { path: p, key: None })
+                    }
+                    (Event::SequenceStart(..), Some(p)) => {
+                        self.stack.push(Frame::Seq { path: p, next: 0 })
+                    }
+                    (Event::MappingStart(..) | Event::SequenceStart(..), None) => {
+                        self.stack.push(Frame::Opaque)
+                    }
                     _ => {}
                 }
             }

@@ -27,7 +27,10 @@ pub struct FileLoad {
 pub fn collect_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
     let mut out = Vec::new();
     for p in paths {
-        let meta = std::fs::metadata(p).map_err(|source| LoadError::Read { path: p.clone(), source })?;
+        let meta = std::fs::metadata(p).map_err(|source| LoadError::Read {
+            path: p.clone(),
+            source,
+        })?;
         if meta.is_dir() {
             let before = out.len();
             walk(p, &mut out)?;
@@ -42,18 +45,29 @@ pub fn collect_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
-    let read = |e| LoadError::Read { path: dir.to_path_buf(), source: e };
+    let read = |e| LoadError::Read {
+        path: dir.to_path_buf(),
+        source: e,
+    };
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(read)?
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .filter(|p| !p.file_name().and_then(|n| n.to_str()).is_none_or(|n| n.starts_with('.')))
+        .filter(|p| {
+            !p.file_name()
+                .and_then(|n| n.to_str())
+                .is_none_or(|n| n.starts_with('.'))
+        })
         .collect();
     entries.sort();
     for p in entries {
         if p.is_dir() {
             walk(&p, out)?;
-        } else if p.extension().and_then(|e| e.to_str()).is_some_and(|e| e == "yaml" || e == "yml") {
+        } else if p
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e == "yaml" || e == "yml")
+        {
             out.push(p);
         }
     }
@@ -62,7 +76,10 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
 
 /// Reads and compiles one file.
 pub fn load_file(path: &Path) -> FileLoad {
-    let mut load = FileLoad { path: path.to_path_buf(), ..Default::default() };
+    let mut load = FileLoad {
+        path: path.to_path_buf(),
+        ..Default::default()
+    };
     let text = match read_bounded(path) {
         Ok(t) => t,
         Err(e) => {
@@ -77,10 +94,17 @@ pub fn load_file(path: &Path) -> FileLoad {
 }
 
 fn read_bounded(path: &Path) -> Result<String, LoadError> {
-    let read = |source| LoadError::Read { path: path.to_path_buf(), source };
+    let read = |source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
     let size = std::fs::metadata(path).map_err(read)?.len();
     if size > MAX_FILE_BYTES {
-        return Err(LoadError::TooLarge { path: path.to_path_buf(), size, limit: MAX_FILE_BYTES });
+        return Err(LoadError::TooLarge {
+            path: path.to_path_buf(),
+            size,
+            limit: MAX_FILE_BYTES,
+        });
     }
     std::fs::read_to_string(path).map_err(read)
 }
@@ -100,8 +124,16 @@ pub fn load_str(text: &str, path: &Path) -> (Vec<Arc<CompiledRule>>, Vec<LoadErr
                 Err(mut e) => errors.append(&mut e),
             },
             Err(e) => {
-                let (line, column) = e.location().map(|l| (l.line(), l.column())).unwrap_or((lines.start, 1));
-                errors.push(LoadError::Syntax { path: path.to_path_buf(), line, column, message: e.to_string() });
+                let (line, column) = e
+                    .location()
+                    .map(|l| (l.line(), l.column()))
+                    .unwrap_or((lines.start, 1));
+                errors.push(LoadError::Syntax {
+                    path: path.to_path_buf(),
+                    line,
+                    column,
+                    message: e.to_string(),
+                });
                 // After a syntax error the stream cannot be trusted; stop here.
                 if e.location().is_none() || is_fatal(&e) {
                     break;
@@ -115,7 +147,10 @@ pub fn load_str(text: &str, path: &Path) -> (Vec<Arc<CompiledRule>>, Vec<LoadErr
 /// Errors after which serde_yaml yields no further documents.
 fn is_fatal(e: &serde_yaml::Error) -> bool {
     let s = e.to_string();
-    s.contains("while parsing") || s.contains("while scanning") || s.contains("recursion limit") || s.contains("repetition limit")
+    s.contains("while parsing")
+        || s.contains("while scanning")
+        || s.contains("recursion limit")
+        || s.contains("repetition limit")
 }
 
 /// Loads every rules file under `paths`: all rules that compiled, and all errors (including
@@ -144,7 +179,11 @@ pub fn dedupe(rules: Vec<Arc<CompiledRule>>) -> (Vec<Arc<CompiledRule>>, Vec<Loa
     let mut errors = Vec::new();
     for r in rules {
         if let Some(first) = seen.get(&r.name) {
-            errors.push(LoadError::Duplicate { rule: r.name.clone(), first: first.clone(), second: r.at.clone() });
+            errors.push(LoadError::Duplicate {
+                rule: r.name.clone(),
+                first: first.clone(),
+                second: r.at.clone(),
+            });
         } else {
             seen.insert(r.name.clone(), r.at.clone());
             kept.push(r);

@@ -46,7 +46,9 @@ pub struct Program {
 
 impl std::fmt::Debug for Program {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Program").field("expressions", &self.cell.borrow_dependent().len()).finish()
+        f.debug_struct("Program")
+            .field("expressions", &self.cell.borrow_dependent().len())
+            .finish()
     }
 }
 
@@ -72,7 +74,10 @@ impl Program {
             expressions
                 .iter()
                 .enumerate()
-                .map(|(i, src)| env.compile_expression_owned(src.to_string()).map_err(|e| (i, e)))
+                .map(|(i, src)| {
+                    env.compile_expression_owned(src.to_string())
+                        .map_err(|e| (i, e))
+                })
                 .collect::<Result<Vec<_>, _>>()
         })?;
         Ok(Program { cell })
@@ -88,11 +93,18 @@ impl Program {
 
     /// Renders a text template with `ctx` as its variables, bounded in size.
     pub fn render(&self, t: &TextRef, ctx: &JinjaValue) -> Result<String, minijinja::Error> {
-        let out = self.cell.borrow_owner().get_template(&t.name)?.render(ctx)?;
+        let out = self
+            .cell
+            .borrow_owner()
+            .get_template(&t.name)?
+            .render(ctx)?;
         if out.len() > MAX_TEXT_BYTES {
             return Err(minijinja::Error::new(
                 minijinja::ErrorKind::InvalidOperation,
-                format!("rendered text is {} bytes, more than the {MAX_TEXT_BYTES} allowed", out.len()),
+                format!(
+                    "rendered text is {} bytes, more than the {MAX_TEXT_BYTES} allowed",
+                    out.len()
+                ),
             ));
         }
         Ok(out)

@@ -24,13 +24,19 @@ pub async fn namespace(client: &Client, prefix: &str) -> String {
     use kube::api::{Api, PostParams};
     let name = format!("{prefix}-{}", std::process::id() % 100000);
     let api: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
     let _ = api.create(&PostParams::default(), &ns).await;
     // The controller-manager creates the default ServiceAccount pods need.
-    eventually(Duration::from_secs(30), "default ServiceAccount", || async {
-        let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), &name);
-        sa.get_opt("default").await.ok().flatten().map(|_| ())
-    })
+    eventually(
+        Duration::from_secs(30),
+        "default ServiceAccount",
+        || async {
+            let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+                Api::namespaced(client.clone(), &name);
+            sa.get_opt("default").await.ok().flatten().map(|_| ())
+        },
+    )
     .await;
     name
 }

@@ -1,0 +1,292 @@
+//! The `ruleop` command line: `run` (the operator), `render` and `check` (no cluster
+//! needed). The only place that prints to stdout or picks an exit code.
+
+use crate::render::{self, Rendered};
+use crate::rules::{self, CompiledRule, LoadError};
+use crate::status;
+use anyhow::{Context, anyhow, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ruleop",
+    version,
+    about = "A generic Kubernetes operator driven by rules files"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    #[command(flatten)]
+    log: LogArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the operator against the current kubeconfig (or in-cluster config).
+    Run(crate::controller::RunArgs),
+    /// Print the children a custom resource gets (and, with --observed, its status). No cluster needed.
+    Render(RenderArgs),
+    /// Load and compile rules files; exit 1 if any has an error. No cluster needed.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug)]
+struct LogArgs {
+    /// Log format.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "RULEOP_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Args, Debug)]
+struct RenderArgs {
+    /// A rules file or directory (repeat for more).
+    #[arg(long, required = true)]
+    rules: Vec<PathBuf>,
+    /// The rule to use; by default, the one whose watched resource matches the custom resource's kind.
+    #[arg(long)]
+    rule: Option<String>,
+    /// A YAML file with one or more custom resources.
+    cr: PathBuf,
+    /// A YAML stream of live children (as `kubectl get -o yaml` prints them): also prints the status.
+    #[arg(long)]
+    observed: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct CheckArgs {
+    /// A rules file or directory (repeat for more).
+    #[arg(long, required = true)]
+    rules: Vec<PathBuf>,
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log.log_format);
+    let result = match cli.command {
+        Command::Run(args) => run(args),
+        Command::Render(args) => render_cmd(args),
+        Command::Check(args) => check(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,kube=warn,tower=warn,hyper=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn run(args: crate::controller::RunArgs) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(crate::controller::run(args))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_errors(errors: &[LoadError]) {
+    for e in errors {
+        eprintln!("error: {e}");
+    }
+}
+
+fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let (loaded, errors) = rules::load_paths(&args.rules);
+    print_errors(&errors);
+    for r in &loaded {
+        let w = &r.watch;
+        let gv = if w.group.is_empty() {
+            w.version.clone()
+        } else {
+            format!("{}/{}", w.group, w.version)
+        };
+        let kinds: Vec<String> = r
+            .children
+            .iter()
+            .map(|c| format!("{}:{}", c.id, c.kind))
+            .collect();
+        println!(
+            "ok   {} ({}): watches {} {}, children [{}], {} status field(s)",
+            r.name,
+            r.at,
+            gv,
+            w.resource,
+            kinds.join(", "),
+            r.fields.len()
+        );
+    }
+    if errors.is_empty() {
+        println!("{} rule(s) ok", loaded.len());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("{} rule(s) ok, {} error(s)", loaded.len(), errors.len());
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// Reads a YAML stream of objects.
+fn read_objects(path: &PathBuf) -> anyhow::Result<Vec<Value>> {
+    use serde::Deserialize;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v = Option::<Value>::deserialize(doc)
+            .with_context(|| format!("parsing {}", path.display()))?;
+        match v {
+            Some(Value::Object(mut m)) if m.get("kind").and_then(Value::as_str) == Some("List") => {
+                if let Some(Value::Array(items)) = m.remove("items") {
+                    out.extend(items);
+                }
+            }
+            Some(v @ Value::Object(_)) => out.push(v),
+            Some(_) => bail!("{}: a document is not an object", path.display()),
+            None => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The rule for `cr`: the one named, the only one, or the one whose group/version match
+/// and whose resource is the kind's plural.
+fn pick_rule<'a>(
+    loaded: &'a [Arc<CompiledRule>],
+    name: Option<&str>,
+    cr: &Value,
+) -> anyhow::Result<&'a CompiledRule> {
+    if let Some(n) = name {
+        return loaded
+            .iter()
+            .map(|r| &**r)
+            .find(|r| r.name == n)
+            .ok_or_else(|| anyhow!("no rule named {n:?}"));
+    }
+    if let [only] = loaded {
+        return Ok(only);
+    }
+    let api_version = cr
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let kind = cr
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_lowercase();
+    let matches: Vec<&CompiledRule> = loaded
+        .iter()
+        .map(|r| &**r)
+        .filter(|r| {
+            let gv = if r.watch.group.is_empty() {
+                r.watch.version.clone()
+            } else {
+                format!("{}/{}", r.watch.group, r.watch.version)
+            };
+            gv == api_version
+                && (r.watch.resource == format!("{kind}s")
+                    || r.watch.resource == format!("{kind}es")
+                    || r.watch.resource == kind)
+        })
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok(one),
+        [] => bail!("no rule watches {api_version} {kind}; name one with --rule"),
+        _ => bail!("several rules watch {api_version} {kind}; name one with --rule"),
+    }
+}
+
+fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
+    let (loaded, errors) = rules::load_paths(&args.rules);
+    if !errors.is_empty() {
+        print_errors(&errors);
+        return Ok(ExitCode::FAILURE);
+    }
+    let crs = read_objects(&args.cr)?;
+    let observed = match &args.observed {
+        Some(p) => Some(read_objects(p)?),
+        None => None,
+    };
+    let mut failed = false;
+    for cr in &crs {
+        let rule = pick_rule(&loaded, args.rule.as_deref(), cr)?;
+        let children = match render::render(rule, cr) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: rule `{}`: {e}", rule.name);
+                failed = true;
+                continue;
+            }
+        };
+        for c in &children {
+            print!("---\n{}", serde_yaml::to_string(&c.object)?);
+        }
+        if let Some(live) = &observed {
+            let scope = render::scope(rule, cr)?;
+            let by_id = match_observed(&children, live);
+            let report = status::compute(rule, &scope, cr, &by_id);
+            let doc = serde_json::json!({
+                "status": report.fields,
+                "ready": report.ready,
+                "notes": report.notes,
+                "problems": report.problems,
+            });
+            print!(
+                "--- # status of {}\n{}",
+                scope.name,
+                serde_yaml::to_string(&doc)?
+            );
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Pairs live objects with rendered children by apiVersion, kind and name.
+fn match_observed(children: &[Rendered], live: &[Value]) -> HashMap<String, Value> {
+    let mut out = HashMap::new();
+    for c in children {
+        let found = live.iter().find(|o| {
+            o.get("apiVersion").and_then(Value::as_str) == Some(c.api_version.as_str())
+                && o.get("kind").and_then(Value::as_str) == Some(c.kind.as_str())
+                && o.pointer("/metadata/name").and_then(Value::as_str) == Some(c.name.as_str())
+        });
+        if let Some(o) = found {
+            out.insert(c.id.clone(), o.clone());
+        }
+    }
+    out
+}

@@ -1,0 +1,177 @@
+//! Step 4: compute a custom resource's status from its observed children. Pure: the
+//! custom resource and the live children go in as JSON, the status comes out as JSON.
+//!
+//! Defined behaviour of a JSONPath field: no match gives the default (or leaves the field
+//! out, and says so in the report); several matches fill an `array` field and are an
+//! error for any other type; a value of the wrong type is an error. Errors never stop the
+//! other fields: each is reported, and the field takes its default or is left out.
+
+mod conditions;
+
+pub use conditions::{Condition, merge_conditions};
+
+use crate::render::Scope;
+use crate::rules::compile::jinja_reason;
+use crate::rules::{CompiledRule, FieldSource, FieldType, Source};
+use jsonpath_rust::query::js_path_process;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+
+/// What the status computation found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Report {
+    /// The exported fields, in rule order.
+    pub fields: Map<String, Value>,
+    /// The readiness expression's verdict.
+    pub ready: bool,
+    /// Why the resource is not ready, or what came back empty (shown in the Ready condition).
+    pub notes: Vec<String>,
+    /// Fields that could not be computed (type mismatches, several matches, errors).
+    pub problems: Vec<String>,
+}
+
+/// Computes the status of `cr` from `observed` (child id → live object). `scope` is the
+/// render scope of `cr` (its spec with defaults).
+pub fn compute(
+    rule: &CompiledRule,
+    scope: &Scope,
+    cr: &Value,
+    observed: &HashMap<String, Value>,
+) -> Report {
+    let mut report = Report::default();
+    let mut all = Map::new();
+    let mut vars = scope.vars.clone();
+    let children: Map<String, Value> = rule
+        .children
+        .iter()
+        .map(|c| {
+            (
+                c.id.clone(),
+                observed.get(&c.id).cloned().unwrap_or(Value::Null),
+            )
+        })
+        .collect();
+    vars.insert("children".into(), Value::Object(children));
+    vars.insert("self".into(), cr.clone());
+
+    for f in &rule.fields {
+        let value = match &f.source {
+            FieldSource::Path { from, query, text } => {
+                let (target, what) = match from {
+                    Source::Parent => (Some(cr), "the resource itself".to_string()),
+                    Source::Child(i) => {
+                        let id = &rule.children[*i].id;
+                        (observed.get(id), format!("child `{id}`"))
+                    }
+                };
+                match target {
+                    None => {
+                        report
+                            .notes
+                            .push(format!("{}: {what} does not exist yet", f.name));
+                        None
+                    }
+                    Some(t) => match js_path_process(query, t) {
+                        Err(e) => {
+                            report
+                                .problems
+                                .push(format!("{}: JSONPath {text} failed: {e}", f.name));
+                            None
+                        }
+                        Ok(found) if found.is_empty() => {
+                            report
+                                .notes
+                                .push(format!("{}: {text} matched nothing in {what}", f.name));
+                            None
+                        }
+                        Ok(found) if f.ty == FieldType::Array => Some(Value::Array(
+                            found.into_iter().map(|r| r.val().clone()).collect(),
+                        )),
+                        Ok(found) if found.len() > 1 => {
+                            report.problems.push(format!(
+                                "{}: {text} matched {} values in {what}; declare `type: array` or narrow the path",
+                                f.name,
+                                found.len()
+                            ));
+                            None
+                        }
+                        Ok(found) => found
+                            .into_iter()
+                            .next()
+                            .map(|r| r.val().clone())
+                            .filter(|v| !v.is_null()),
+                    },
+                }
+            }
+            FieldSource::Value(e) => {
+                vars.insert("status".into(), Value::Object(all.clone()));
+                let ctx = minijinja::Value::from(minijinja::value::Serde(&vars));
+                match rule.program.eval(e, &ctx) {
+                    Err(x) => {
+                        report
+                            .problems
+                            .push(format!("{}: {}", f.name, jinja_reason(&x)));
+                        None
+                    }
+                    Ok(v) if v.is_undefined() || v.is_none() => None,
+                    Ok(v) => serde_json::to_value(&v).ok().map(|mut v| {
+                        crate::render::normalize(&mut v);
+                        v
+                    }),
+                }
+            }
+        };
+        let value = match value {
+            Some(v) if f.ty.admits(&v) => Some(v),
+            Some(v) => {
+                report
+                    .problems
+                    .push(format!("{}: {v} is not of type {}", f.name, f.ty.name()));
+                f.default.clone()
+            }
+            None => f.default.clone(),
+        };
+        if let Some(v) = value {
+            all.insert(f.name.clone(), v.clone());
+            if f.export {
+                report.fields.insert(f.name.clone(), v);
+            }
+        }
+    }
+
+    report.ready = match &rule.ready {
+        Some(e) => {
+            vars.insert("status".into(), Value::Object(all));
+            let ctx = minijinja::Value::from(minijinja::value::Serde(&vars));
+            match rule.program.eval(e, &ctx) {
+                Ok(v) => {
+                    if !v.is_true() {
+                        report
+                            .notes
+                            .insert(0, format!("ready expression `{}` is false", e.source));
+                    }
+                    v.is_true()
+                }
+                Err(x) => {
+                    report.problems.push(format!("ready: {}", jinja_reason(&x)));
+                    false
+                }
+            }
+        }
+        None => {
+            let missing: Vec<&str> = rule
+                .children
+                .iter()
+                .map(|c| c.id.as_str())
+                .filter(|id| !observed.contains_key(*id))
+                .collect();
+            if !missing.is_empty() {
+                report
+                    .notes
+                    .insert(0, format!("children missing: {}", missing.join(", ")));
+            }
+            missing.is_empty()
+        }
+    };
+    report
+}
