@@ -5,6 +5,7 @@
 //! [`controller`] runs the pipeline for every custom resource of every rule.
 #![forbid(unsafe_code)]
 
+pub mod apply;
 pub mod cli;
 pub mod controller;
 pub mod render;

@@ -1,0 +1,390 @@
+//! One reconcile of one custom resource: render (pure) → apply the children that differ
+//! → prune the ones no longer rendered → compute the status (pure) → write it only if it
+//! changed. A user's mistake is written on the custom resource and waits for a change; a
+//! passing fault is returned as an error and retried with per-object backoff.
+
+use crate::apply::{self, ApplyError, Memo, ObjectKey, Written};
+use crate::controller::discovery::Resolved;
+use crate::render::{self, CHILD_LABEL, FIELD_MANAGER, Rendered};
+use crate::rules::CompiledRule;
+use crate::status::{self, Condition, merge_conditions};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, ResourceExt};
+use serde_json::{Map, Value, json};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A child kind of a rule, with the cache of this rule's children of that kind.
+pub struct ChildKind {
+    pub resolved: Resolved,
+    pub store: Store<DynamicObject>,
+}
+
+/// Everything a reconcile of one rule's custom resources needs.
+pub struct Ctx {
+    pub client: Client,
+    pub rule: Arc<CompiledRule>,
+    pub parent: Resolved,
+    /// The distinct kinds of the rule's children.
+    pub kinds: Vec<ChildKind>,
+    /// For each child of the rule, its index in `kinds`.
+    pub child_kind: Vec<usize>,
+    /// Our recent child writes.
+    pub memo: Arc<Memo>,
+    /// Our recent status writes.
+    pub status_memo: Memo,
+    /// Consecutive failures per custom resource, for backoff.
+    pub failures: Mutex<HashMap<String, u32>>,
+    /// How often a healthy custom resource is checked again with no event.
+    pub resync: Duration,
+}
+
+/// A reconcile that must be retried.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// A child could not be applied or pruned for a passing reason.
+    #[error("applying children: {0}")]
+    Apply(#[source] ApplyError),
+    /// The status could not be written.
+    #[error("writing status: {0}")]
+    Status(#[source] kube::Error),
+    /// The object from the cache could not be turned into JSON (should not happen).
+    #[error("reading the custom resource: {0}")]
+    Decode(#[source] serde_json::Error),
+}
+
+/// What became of the children this round; written as the `Synced` condition.
+#[derive(Debug, Clone, PartialEq)]
+enum Sync {
+    Ok,
+    Failed {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+fn key_of(cr: &DynamicObject) -> String {
+    format!("{}/{}", cr.namespace().unwrap_or_default(), cr.name_any())
+}
+
+/// The backoff after `n` consecutive failures: 0.5 s doubling up to 5 minutes.
+pub fn backoff(n: u32) -> Duration {
+    let ms = 500u64.saturating_mul(1u64 << n.min(12));
+    Duration::from_millis(ms.min(300_000))
+}
+
+/// Called by the controller when [`reconcile`] fails.
+pub fn error_policy(cr: Arc<DynamicObject>, err: &ReconcileError, ctx: Arc<Ctx>) -> Action {
+    let n = {
+        let mut f = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = f.entry(key_of(&cr)).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let delay = backoff(n - 1);
+    tracing::warn!(rule = %ctx.rule.name, object = %key_of(&cr), error = %err, attempt = n, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Reconciles one custom resource.
+pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+    if cr.metadata.deletion_timestamp.is_some() {
+        // The garbage collector removes the children (ownerReferences).
+        return Ok(Action::await_change());
+    }
+    let rule = &ctx.rule;
+    let ns = cr.namespace().unwrap_or_default();
+    let cr_json = serde_json::to_value(&*cr).map_err(ReconcileError::Decode)?;
+    let uid = cr.uid();
+    let mut observed: HashMap<String, Value> = HashMap::new();
+
+    let sync = match render::render(rule, &cr_json) {
+        Err(e) => Sync::Failed {
+            reason: "RenderFailed",
+            message: e.to_string(),
+        },
+        Ok(children) => match scope_problem(&ctx, &children) {
+            Some(message) => Sync::Failed {
+                reason: "ClusterScopedChild",
+                message,
+            },
+            None => {
+                let sync = apply_children(&ctx, &ns, &children, &mut observed).await?;
+                if let Some(uid) = &uid {
+                    prune_children(&ctx, &ns, uid, &children).await?;
+                }
+                for c in &children {
+                    if !observed.contains_key(&c.id) {
+                        let kind = &ctx.kinds[child_index(rule, &c.id)
+                            .map(|i| ctx.child_kind[i])
+                            .unwrap_or(0)];
+                        let oref = ObjectRef::new_with(&c.name, kind.resolved.resource.clone())
+                            .within(&ns);
+                        if let Some(live) = kind.store.get(&oref)
+                            && let Ok(v) = serde_json::to_value(&*live)
+                        {
+                            observed.insert(c.id.clone(), v);
+                        }
+                    }
+                }
+                sync
+            }
+        },
+    };
+
+    write_status(&ctx, &cr, &cr_json, &observed, &sync).await?;
+    if let Ok(mut f) = ctx.failures.lock() {
+        f.remove(&key_of(&cr));
+    }
+    Ok(match sync {
+        Sync::Ok => Action::requeue(ctx.resync),
+        Sync::Failed { .. } => Action::await_change(),
+    })
+}
+
+fn child_index(rule: &CompiledRule, id: &str) -> Option<usize> {
+    rule.children.iter().position(|c| c.id == id)
+}
+
+/// A child whose kind is cluster-scoped (known only from discovery) is refused.
+fn scope_problem(ctx: &Ctx, children: &[Rendered]) -> Option<String> {
+    children.iter().find_map(|c| {
+        let k = &ctx.kinds[ctx.child_kind[child_index(&ctx.rule, &c.id)?]];
+        (!k.resolved.namespaced).then(|| {
+            format!("child `{}`: {} is cluster-scoped; children always live in the custom resource's namespace; nothing was created", c.id, c.kind)
+        })
+    })
+}
+
+async fn apply_children(
+    ctx: &Ctx,
+    ns: &str,
+    children: &[Rendered],
+    observed: &mut HashMap<String, Value>,
+) -> Result<Sync, ReconcileError> {
+    let mut refused = Vec::new();
+    for c in children {
+        let Some(i) = child_index(&ctx.rule, &c.id) else {
+            continue;
+        };
+        let kind = &ctx.kinds[ctx.child_kind[i]];
+        let oref = ObjectRef::new_with(&c.name, kind.resolved.resource.clone()).within(ns);
+        let live = kind
+            .store
+            .get(&oref)
+            .and_then(|o| serde_json::to_value(&*o).ok());
+        let key = ObjectKey::of(c);
+        if !apply::needs_apply(c, live.as_ref(), ctx.memo.get(&key).as_ref()) {
+            continue;
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), ns, &kind.resolved.resource);
+        match apply::apply(&api, c).await {
+            Ok(obj) => {
+                let action = if live.is_some() { "updated" } else { "created" };
+                tracing::info!(rule = %ctx.rule.name, child = %c.id, kind = %c.kind, name = %c.name, namespace = %ns, action, "applied child");
+                ctx.memo.put(
+                    key,
+                    Written::now(c.hash.clone(), obj.resource_version().unwrap_or_default()),
+                );
+                if let Ok(v) = serde_json::to_value(&obj) {
+                    observed.insert(c.id.clone(), v);
+                }
+            }
+            Err(e) if e.is_refused() => refused.push(e.to_string()),
+            Err(e) => return Err(ReconcileError::Apply(e)),
+        }
+    }
+    Ok(if refused.is_empty() {
+        Sync::Ok
+    } else {
+        Sync::Failed {
+            reason: "ApplyRefused",
+            message: refused.join("; "),
+        }
+    })
+}
+
+fn controller_uid(o: &DynamicObject) -> Option<&str> {
+    o.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.as_str())
+}
+
+async fn prune_children(
+    ctx: &Ctx,
+    ns: &str,
+    uid: &str,
+    children: &[Rendered],
+) -> Result<(), ReconcileError> {
+    for kind in &ctx.kinds {
+        let ar = &kind.resolved.resource;
+        let keep: HashSet<&str> = children
+            .iter()
+            .filter(|c| c.kind == ar.kind && c.api_version == ar.api_version)
+            .map(|c| c.name.as_str())
+            .collect();
+        let stale: Vec<Arc<DynamicObject>> = kind
+            .store
+            .state()
+            .into_iter()
+            .filter(|o| {
+                o.namespace().as_deref() == Some(ns)
+                    && controller_uid(o) == Some(uid)
+                    && !keep.contains(o.name_any().as_str())
+            })
+            .collect();
+        for o in stale {
+            let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, ar);
+            let name = o.name_any();
+            apply::prune(&api, ar, &name, o.uid())
+                .await
+                .map_err(ReconcileError::Apply)?;
+            let child = o.labels().get(CHILD_LABEL).cloned().unwrap_or_default();
+            tracing::info!(rule = %ctx.rule.name, child = %child, kind = %ar.kind, name = %name, namespace = %ns, "pruned child");
+        }
+    }
+    Ok(())
+}
+
+fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// The status to write: exported fields, observedGeneration, and the Ready and Synced conditions.
+fn desired_status(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    cr_json: &Value,
+    observed: &HashMap<String, Value>,
+    sync: &Sync,
+) -> Value {
+    let existing = cr_json.get("status");
+    let report = render::scope(&ctx.rule, cr_json)
+        .ok()
+        .map(|scope| status::compute(&ctx.rule, &scope, cr_json, observed));
+    let mut out = Map::new();
+    if let Some(r) = &report {
+        out.extend(r.fields.clone());
+    } else if let Some(Value::Object(old)) = existing {
+        // Keep what was there: nothing can be computed for a resource that does not render.
+        out.extend(
+            old.iter()
+                .filter(|(k, _)| *k != "conditions" && *k != "observedGeneration")
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+    }
+    let generation = cr.metadata.generation;
+    let (ready, ready_reason, ready_message) = match (sync, &report) {
+        (Sync::Failed { message, .. }, _) => (false, "SyncFailed", message.clone()),
+        (Sync::Ok, Some(r)) if r.ready && r.problems.is_empty() => {
+            (true, "Ready", "all children are ready".to_string())
+        }
+        (Sync::Ok, Some(r)) => {
+            let mut parts = r
+                .problems
+                .iter()
+                .map(|p| format!("status: {p}"))
+                .collect::<Vec<_>>();
+            parts.extend(r.notes.iter().cloned());
+            (
+                r.ready && r.problems.is_empty(),
+                if r.problems.is_empty() {
+                    "NotReady"
+                } else {
+                    "StatusError"
+                },
+                parts.join("; "),
+            )
+        }
+        (Sync::Ok, None) => (false, "NotReady", String::new()),
+    };
+    let synced = match sync {
+        Sync::Ok => Condition {
+            type_: "Synced",
+            status: true,
+            reason: "Applied".into(),
+            message: "every child matches the rule".into(),
+        },
+        Sync::Failed { reason, message } => Condition {
+            type_: "Synced",
+            status: false,
+            reason: (*reason).into(),
+            message: message.clone(),
+        },
+    };
+    let conditions = [
+        Condition {
+            type_: "Ready",
+            status: ready,
+            reason: ready_reason.into(),
+            message: ready_message,
+        },
+        synced,
+    ];
+    out.insert(
+        "conditions".into(),
+        merge_conditions(
+            existing.and_then(|s| s.get("conditions")),
+            &conditions,
+            generation,
+            &now_rfc3339(),
+        ),
+    );
+    if let Some(g) = generation {
+        out.insert("observedGeneration".into(), json!(g));
+    }
+    Value::Object(out)
+}
+
+async fn write_status(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    cr_json: &Value,
+    observed: &HashMap<String, Value>,
+    sync: &Sync,
+) -> Result<(), ReconcileError> {
+    let status = desired_status(ctx, cr, cr_json, observed, sync);
+    if cr_json.get("status") == Some(&status) {
+        return Ok(());
+    }
+    let key = ObjectKey {
+        api_version: ctx.parent.resource.api_version.clone(),
+        kind: ctx.parent.resource.kind.clone(),
+        namespace: cr.namespace().unwrap_or_default(),
+        name: cr.name_any(),
+    };
+    let hash = render::hash_of(&status);
+    let live_rv = cr.resource_version().unwrap_or_default();
+    if let Some(w) = ctx.status_memo.get(&key)
+        && w.hash == hash
+        && apply::not_newer(&live_rv, &w.resource_version)
+    {
+        return Ok(()); // our own write of this very status, not yet in the cache
+    }
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.parent.resource);
+    let body = json!({"apiVersion": key.api_version, "kind": key.kind, "status": status});
+    let written = api
+        .patch_status(
+            &key.name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(ReconcileError::Status)?;
+    tracing::debug!(rule = %ctx.rule.name, object = %key.name, namespace = %key.namespace, "status written");
+    ctx.status_memo.put(
+        key,
+        Written::now(hash, written.resource_version().unwrap_or_default()),
+    );
+    Ok(())
+}

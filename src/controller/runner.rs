@@ -1,0 +1,233 @@
+//! Runs one rule: waits until its kinds are served, then one kube-runtime `Controller`
+//! over `Api<DynamicObject>` for the watched kind, owning each child kind through a
+//! label-selected, cached watch. Stops gracefully when told to.
+
+use super::discovery::{self, Resolved};
+use super::reconcile::{ChildKind, Ctx, error_policy, reconcile};
+use crate::apply::{Memo, ObjectKey};
+use crate::render::RULE_LABEL;
+use crate::rules::CompiledRule;
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{Api, DynamicObject};
+use kube::runtime::controller::{Config, Controller};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::watch;
+use tracing::Instrument;
+
+/// How a rule runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Reconciles of this rule running at once.
+    pub concurrency: u16,
+    /// How often each healthy custom resource is checked with no event.
+    pub resync: Duration,
+    /// How often discovery is retried while a kind is not served.
+    pub discovery_retry: Duration,
+}
+
+/// A running rule.
+pub struct RuleTask {
+    pub rule: Arc<CompiledRule>,
+    /// True once every watch of the rule has listed its objects.
+    pub synced: Arc<AtomicBool>,
+    stop: watch::Sender<bool>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl RuleTask {
+    /// Starts `rule` in its own task.
+    pub fn spawn(client: Client, rule: Arc<CompiledRule>, opts: Options) -> RuleTask {
+        let (stop, stop_rx) = watch::channel(false);
+        let synced = Arc::new(AtomicBool::new(false));
+        let span = tracing::info_span!("rule", rule = %rule.name);
+        let handle =
+            tokio::spawn(run(client, rule.clone(), opts, stop_rx, synced.clone()).instrument(span));
+        RuleTask {
+            rule,
+            synced,
+            stop,
+            handle,
+        }
+    }
+
+    /// Asks the rule to stop (in-flight reconciles finish) and waits for it.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.handle.await;
+    }
+}
+
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// Retries `f` until it finds the kind, or the rule is stopped (None).
+async fn wait_for<F, Fut>(
+    what: &str,
+    retry: Duration,
+    stop: &watch::Receiver<bool>,
+    mut f: F,
+) -> Option<Resolved>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<Resolved>, discovery::DiscoveryError>>,
+{
+    let mut told = false;
+    loop {
+        match f().await {
+            Ok(Some(r)) => return Some(r),
+            Ok(None) if !told => {
+                tracing::warn!(kind = %what, "kind not served by the API server (CRD not installed?); waiting for it");
+                told = true;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(kind = %what, error = %e, "discovery failed; retrying"),
+        }
+        if *stop.borrow() {
+            return None;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(retry) => {}
+            _ = stopped(stop.clone()) => return None,
+        }
+    }
+}
+
+async fn run(
+    client: Client,
+    rule: Arc<CompiledRule>,
+    opts: Options,
+    stop: watch::Receiver<bool>,
+    synced: Arc<AtomicBool>,
+) {
+    let w = &rule.watch;
+    let what = format!("{}/{} {}", w.group, w.version, w.resource);
+    let Some(parent) = wait_for(&what, opts.discovery_retry, &stop, || {
+        discovery::watched(&client, w)
+    })
+    .await
+    else {
+        return;
+    };
+    if !parent.namespaced {
+        tracing::error!(kind = %parent.resource.kind, "the watched kind is cluster-scoped; ruleop only runs rules for namespaced kinds; rule not started");
+        stopped(stop).await;
+        return;
+    }
+    // The distinct child kinds, each resolved by discovery.
+    let mut kinds: Vec<Resolved> = Vec::new();
+    let mut child_kind = Vec::new();
+    for c in &rule.children {
+        let existing = kinds
+            .iter()
+            .position(|k| k.resource.api_version == c.api_version && k.resource.kind == c.kind);
+        let idx = match existing {
+            Some(i) => i,
+            None => {
+                let what = format!("{} {}", c.api_version, c.kind);
+                let Some(r) = wait_for(&what, opts.discovery_retry, &stop, || {
+                    discovery::child(&client, c.group(), c.version(), &c.kind)
+                })
+                .await
+                else {
+                    return;
+                };
+                kinds.push(r);
+                kinds.len() - 1
+            }
+        };
+        child_kind.push(idx);
+    }
+
+    let memo = Arc::new(Memo::default());
+    let ctx_status_memo = Memo::default();
+    let parent_writer = Writer::<DynamicObject>::new(parent.resource.clone());
+    let parent_reader = parent_writer.as_reader();
+    let parent_api: Api<DynamicObject> = Api::all_with(client.clone(), &parent.resource);
+    let parent_stream = watcher(parent_api, watcher::Config::default())
+        .default_backoff()
+        .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
+        .reflect(parent_writer)
+        .applied_objects();
+
+    let mut controller = Controller::for_stream_with(
+        parent_stream,
+        parent_reader.clone(),
+        parent.resource.clone(),
+    )
+    .with_config(Config::default().concurrency(opts.concurrency))
+    .graceful_shutdown_on(stopped(stop.clone()));
+
+    let selector = format!("{RULE_LABEL}={}", rule.name);
+    let mut child_kinds = Vec::new();
+    let mut readers = vec![parent_reader];
+    for k in &kinds {
+        let writer = Writer::<DynamicObject>::new(k.resource.clone());
+        let store = writer.as_reader();
+        readers.push(store.clone());
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &k.resource);
+        let forget = memo.clone();
+        let (api_version, kind) = (k.resource.api_version.clone(), k.resource.kind.clone());
+        let stream = watcher(api, watcher::Config::default().labels(&selector))
+            .default_backoff()
+            .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
+            .inspect_ok(move |ev| {
+                // A deleted child must be recreated, not taken for a lagging cache.
+                if let watcher::Event::Delete(o) = ev {
+                    forget.forget(&ObjectKey {
+                        api_version: api_version.clone(),
+                        kind: kind.clone(),
+                        namespace: o.namespace().unwrap_or_default(),
+                        name: o.name_any(),
+                    });
+                }
+            })
+            .reflect(writer)
+            .touched_objects();
+        controller = controller.owns_stream_with(stream, k.resource.clone());
+        child_kinds.push(ChildKind {
+            resolved: k.clone(),
+            store,
+        });
+    }
+
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        rule: rule.clone(),
+        parent,
+        kinds: child_kinds,
+        child_kind,
+        memo,
+        status_memo: ctx_status_memo,
+        failures: Default::default(),
+        resync: opts.resync,
+    });
+
+    let flag = synced.clone();
+    let ready = tokio::spawn(async move {
+        for r in readers {
+            if r.wait_until_ready().await.is_err() {
+                return;
+            }
+        }
+        flag.store(true, Ordering::SeqCst);
+        tracing::info!("watches synced");
+    });
+    tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, "rule started");
+    controller
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+    ready.abort();
+    synced.store(false, Ordering::SeqCst);
+    tracing::info!("rule stopped");
+}
