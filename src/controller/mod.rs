@@ -22,6 +22,9 @@ pub struct RunArgs {
     /// Seconds between checks of a healthy custom resource with no event.
     #[arg(long, default_value_t = 600)]
     pub resync_seconds: u64,
+    /// Watch and act in this namespace only (default: all namespaces).
+    #[arg(long)]
+    pub namespace: Option<String>,
 }
 
 /// Errors that stop `ruleop run` from starting.
@@ -49,6 +52,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         concurrency: args.concurrency,
         resync: Duration::from_secs(args.resync_seconds),
         discovery_retry: Duration::from_secs(3),
+        namespace: args.namespace.clone(),
     };
     let tasks: Vec<RuleTask> = loaded
         .into_iter()

@@ -28,6 +28,20 @@ pub struct Options {
     pub resync: Duration,
     /// How often discovery is retried while a kind is not served.
     pub discovery_retry: Duration,
+    /// Only this namespace, or all.
+    pub namespace: Option<String>,
+}
+
+/// An API for `ar` in the configured scope.
+fn scoped(
+    client: &Client,
+    ar: &kube::discovery::ApiResource,
+    ns: Option<&str>,
+) -> Api<DynamicObject> {
+    match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    }
 }
 
 /// A running rule.
@@ -148,7 +162,7 @@ async fn run(
     let ctx_status_memo = Memo::default();
     let parent_writer = Writer::<DynamicObject>::new(parent.resource.clone());
     let parent_reader = parent_writer.as_reader();
-    let parent_api: Api<DynamicObject> = Api::all_with(client.clone(), &parent.resource);
+    let parent_api = scoped(&client, &parent.resource, opts.namespace.as_deref());
     let parent_stream = watcher(parent_api, watcher::Config::default())
         .default_backoff()
         .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
@@ -170,7 +184,7 @@ async fn run(
         let writer = Writer::<DynamicObject>::new(k.resource.clone());
         let store = writer.as_reader();
         readers.push(store.clone());
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &k.resource);
+        let api = scoped(&client, &k.resource, opts.namespace.as_deref());
         let forget = memo.clone();
         let (api_version, kind) = (k.resource.api_version.clone(), k.resource.kind.clone());
         let stream = watcher(api, watcher::Config::default().labels(&selector))

@@ -270,3 +270,6 @@ fn eval_node(
         }
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -168,6 +168,74 @@ const CLUSTER_SCOPED: &[(&str, &str)] = &[
     ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
 ];
 
+/// Namespaced kinds of built-in API versions, to catch a misspelled kind without a
+/// cluster. Kinds of other API versions (CRDs) are checked by discovery when the rule runs.
+const BUILTIN_KINDS: &[(&str, &[&str])] = &[
+    (
+        "v1",
+        &[
+            "ConfigMap",
+            "Secret",
+            "Service",
+            "ServiceAccount",
+            "Pod",
+            "PersistentVolumeClaim",
+            "Endpoints",
+            "LimitRange",
+            "ResourceQuota",
+            "Event",
+            "ReplicationController",
+            "PodTemplate",
+            "Namespace",
+            "Node",
+            "PersistentVolume",
+        ],
+    ),
+    (
+        "apps/v1",
+        &[
+            "Deployment",
+            "StatefulSet",
+            "DaemonSet",
+            "ReplicaSet",
+            "ControllerRevision",
+        ],
+    ),
+    ("batch/v1", &["Job", "CronJob"]),
+    (
+        "networking.k8s.io/v1",
+        &["Ingress", "NetworkPolicy", "IngressClass"],
+    ),
+    ("policy/v1", &["PodDisruptionBudget"]),
+    ("autoscaling/v1", &["HorizontalPodAutoscaler"]),
+    ("autoscaling/v2", &["HorizontalPodAutoscaler"]),
+    (
+        "rbac.authorization.k8s.io/v1",
+        &["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"],
+    ),
+    ("coordination.k8s.io/v1", &["Lease"]),
+    ("discovery.k8s.io/v1", &["EndpointSlice"]),
+    ("events.k8s.io/v1", &["Event"]),
+    (
+        "storage.k8s.io/v1",
+        &[
+            "StorageClass",
+            "CSIDriver",
+            "CSINode",
+            "VolumeAttachment",
+            "CSIStorageCapacity",
+        ],
+    ),
+];
+
+/// For a built-in API version, whether `kind` exists in it; `Err` carries the kinds it has.
+pub fn check_builtin_kind(api_version: &str, kind: &str) -> Result<(), &'static [&'static str]> {
+    match BUILTIN_KINDS.iter().find(|(av, _)| *av == api_version) {
+        Some((_, kinds)) if !kinds.contains(&kind) => Err(kinds),
+        _ => Ok(()),
+    }
+}
+
 /// Whether a built-in kind is known to be cluster-scoped.
 pub fn known_cluster_scoped(group: &str, kind: &str) -> bool {
     CLUSTER_SCOPED
@@ -330,6 +398,21 @@ pub fn jinja_reason(e: &minijinja::Error) -> String {
     s
 }
 
+/// Levenshtein distance, for "did you mean" hints.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
 fn is_label_value(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
@@ -486,7 +569,21 @@ fn compile_child(
         return None;
     };
     let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
-    if known_cluster_scoped(group, kind) {
+    if let Err(kinds) = check_builtin_kind(api_version, kind) {
+        let close = kinds
+            .iter()
+            .find(|k| k.eq_ignore_ascii_case(kind) || edit_distance(k, kind) <= 2);
+        let fix = match close {
+            Some(k) => format!("did you mean `{k}`?"),
+            None => format!("{api_version} has: {}", kinds.join(", ")),
+        };
+        c.error(
+            &format!("{tpath}.kind"),
+            Some(id),
+            format!("unknown kind {kind:?} in {api_version}"),
+            fix,
+        );
+    } else if known_cluster_scoped(group, kind) {
         c.error(
             &format!("{tpath}.kind"),
             Some(id),
@@ -595,7 +692,14 @@ fn compile_fields(c: &mut Compiler<'_>, spec: &RuleSpec, ids: &[&str]) -> Vec<Co
                         text: path.clone(),
                     }),
                     Err(e) => {
-                        c.error(&format!("{base}.path"), None, format!("bad JSONPath {path:?}: {e}"), "write an RFC 9535 JSONPath starting with $, e.g. $.status.readyReplicas");
+                        let reason = e
+                            .to_string()
+                            .lines()
+                            .map(str::trim)
+                            .filter(|l| !l.is_empty() && *l != "|")
+                            .collect::<Vec<_>>()
+                            .join(" ");
+                        c.error(&format!("{base}.path"), None, format!("bad JSONPath {path:?}: {reason}"), "write an RFC 9535 JSONPath starting with $, e.g. $.status.readyReplicas");
                         None
                     }
                 }

@@ -35,11 +35,13 @@ pub enum LoadError {
         limit: u64,
     },
     /// The YAML does not parse, or a document does not have the shape of a rule.
-    #[error("{}:{line}:{column}: {message}", path.display())]
+    #[error("{}:{line}:{column}: {}{message}\n  fix: {}", path.display(), rule_prefix(rule, child), fix_for(message))]
     Syntax {
         path: PathBuf,
         line: usize,
         column: usize,
+        rule: Option<String>,
+        child: Option<String>,
         message: String,
     },
     /// A rule has the right shape but something in it is wrong.
@@ -63,6 +65,27 @@ pub enum LoadError {
     /// The paths given hold no rules files.
     #[error("{}: no rules files here (looked for *.yaml and *.yml)", path.display())]
     NoFiles { path: PathBuf },
+}
+
+fn rule_prefix(rule: &Option<String>, child: &Option<String>) -> String {
+    match rule {
+        Some(r) => format!("rule `{r}`{}: ", child_suffix(child)),
+        None => String::new(),
+    }
+}
+
+fn fix_for(message: &str) -> &'static str {
+    if message.contains("unknown field") {
+        "remove or correct the field; the README's rules reference lists every field"
+    } else if message.contains("missing field") {
+        "add the field; the README's rules reference lists what each part needs"
+    } else if message.contains("invalid type") || message.contains("unknown variant") {
+        "give the field a value of the type the README's rules reference names"
+    } else if message.contains("recursion limit") || message.contains("repetition limit") {
+        "the file nests or repeats too deeply (a YAML bomb?); write it out plainly"
+    } else {
+        "fix the YAML syntax at that line"
+    }
 }
 
 fn child_suffix(child: &Option<String>) -> String {

@@ -11,11 +11,28 @@ use yaml_rust2::scanner::Marker;
 #[derive(Debug, Default, Clone)]
 pub struct LineIndex {
     lines: HashMap<String, usize>,
+    /// Scalar values of `name` and `children[N].id`, so that errors from documents that
+    /// do not deserialize can still name their rule and child.
+    values: HashMap<String, String>,
     /// Line of the document's first node.
     pub start: usize,
 }
 
 impl LineIndex {
+    /// The rule's `name`, if the document has one.
+    pub fn rule_name(&self) -> Option<&str> {
+        self.values.get("name").map(String::as_str)
+    }
+
+    /// The id of the child a path is under (`children[2].template...` → its id).
+    pub fn child_id(&self, path: &str) -> Option<&str> {
+        let start = path.find("children[")?;
+        let end = start + path[start..].find(']')? + 1;
+        self.values
+            .get(&format!("{}.id", &path[start..end]))
+            .map(String::as_str)
+    }
+
     /// The line of `path`, or of its nearest indexed ancestor.
     pub fn line(&self, path: &str) -> usize {
         let mut p = path;
@@ -129,6 +146,14 @@ impl MarkedEventReceiver for Receiver {
                 };
                 if let Some(p) = &path {
                     self.current.lines.entry(p.clone()).or_insert(line);
+                    if let Event::Scalar(v, ..) = &ev
+                        && (p == "name"
+                            || (p.starts_with("children[")
+                                && p.ends_with("].id")
+                                && p[9..].matches('.').count() == 1))
+                    {
+                        self.current.values.insert(p.clone(), v.clone());
+                    }
                 }
                 match (ev, path) {
                     (Event::MappingStart(..), Some(p)) => {
@@ -164,6 +189,8 @@ mod tests {
         assert_eq!(docs[0].line("children[0].id"), 3);
         assert_eq!(docs[0].line("children[0].template.spec.replicas"), 6);
         assert_eq!(docs[1].line("name"), 8);
+        assert_eq!(docs[0].rule_name(), Some("a"));
+        assert_eq!(docs[0].child_id("children[0].template.spec"), Some("x"));
     }
 
     #[test]

@@ -128,11 +128,19 @@ pub fn load_str(text: &str, path: &Path) -> (Vec<Arc<CompiledRule>>, Vec<LoadErr
                     .location()
                     .map(|l| (l.line(), l.column()))
                     .unwrap_or((lines.start, 1));
+                let message = e.to_string();
+                let child = message
+                    .split(':')
+                    .next()
+                    .and_then(|p| lines.child_id(p))
+                    .map(str::to_string);
                 errors.push(LoadError::Syntax {
                     path: path.to_path_buf(),
                     line,
                     column,
-                    message: e.to_string(),
+                    rule: lines.rule_name().map(str::to_string),
+                    child,
+                    message,
                 });
                 // After a syntax error the stream cannot be trusted; stop here.
                 if e.location().is_none() || is_fatal(&e) {

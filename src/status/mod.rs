@@ -175,3 +175,6 @@ pub fn compute(
     };
     report
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,255 @@
+//! Rendering the shipped rules and hostile custom resources, with no cluster.
+
+use super::*;
+use crate::rules::load_str;
+use serde_json::json;
+use std::path::Path;
+
+fn rule(text: &str) -> std::sync::Arc<CompiledRule> {
+    let (mut rules, errors) = load_str(text, Path::new("test.yaml"));
+    assert!(errors.is_empty(), "{errors:?}");
+    rules.remove(0)
+}
+
+fn website() -> std::sync::Arc<CompiledRule> {
+    rule(include_str!("../../rules/website.yaml"))
+}
+
+fn website_cr(spec: Value) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "WebSite", "metadata": {"name": "my-blog", "namespace": "team-a", "uid": "u-1"}, "spec": spec})
+}
+
+#[test]
+fn website_renders_the_original_deployment_and_service() {
+    let out = render(
+        &website(),
+        &website_cr(json!({"image": "nginx:1.27", "replicas": 3})),
+    )
+    .unwrap();
+    assert_eq!(out.len(), 2);
+    let d = &out[0].object;
+    assert_eq!(d["kind"], "Deployment");
+    assert_eq!(d["metadata"]["name"], "my-blog-web");
+    assert_eq!(d["metadata"]["namespace"], "team-a");
+    assert_eq!(d["metadata"]["labels"]["app.kubernetes.io/name"], "website");
+    assert_eq!(
+        d["metadata"]["labels"]["app.kubernetes.io/instance"],
+        "my-blog"
+    );
+    assert_eq!(
+        d["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "ruleop"
+    );
+    assert_eq!(
+        d["spec"]["replicas"],
+        json!(3),
+        "an integer stays an integer"
+    );
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["name"], "web");
+    assert_eq!(c["image"], "nginx:1.27");
+    assert_eq!(
+        c["ports"][0]["containerPort"],
+        json!(80),
+        "port defaults to 80"
+    );
+    assert_eq!(
+        c["resources"],
+        json!({"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}})
+    );
+    assert_eq!(
+        d["metadata"]["ownerReferences"][0],
+        json!({"apiVersion": "example.com/v1", "kind": "WebSite", "name": "my-blog", "uid": "u-1", "controller": true, "blockOwnerDeletion": true})
+    );
+    let s = &out[1].object;
+    assert_eq!(s["kind"], "Service");
+    assert_eq!(s["metadata"]["name"], "my-blog-web");
+    assert_eq!(
+        s["spec"]["type"], "ClusterIP",
+        "serviceType defaults to ClusterIP"
+    );
+    assert_eq!(s["spec"]["ports"][0]["port"], json!(80));
+    assert_eq!(s["spec"]["ports"][0]["targetPort"], json!(80));
+    assert_eq!(s["spec"]["selector"], d["spec"]["selector"]["matchLabels"]);
+}
+
+#[test]
+fn website_defaults_replicas_to_two() {
+    let out = render(&website(), &website_cr(json!({"image": "nginx"}))).unwrap();
+    assert_eq!(out[0].object["spec"]["replicas"], json!(2));
+}
+
+#[test]
+fn myapp_renders_the_original_deployment() {
+    let r = rule(include_str!("../../rules/myapp.yaml"));
+    let cr = json!({"apiVersion": "example.com/v1", "kind": "MyApp", "metadata": {"name": "shop", "namespace": "ns"}, "spec": {"image": "busybox", "replicas": 4}});
+    let out = render(&r, &cr).unwrap();
+    let d = &out[0].object;
+    assert_eq!(d["metadata"]["name"], "shop");
+    assert_eq!(d["metadata"]["labels"]["app"], "shop");
+    assert_eq!(d["spec"]["selector"]["matchLabels"], json!({"app": "shop"}));
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["name"],
+        "app"
+    );
+    assert_eq!(d["spec"]["replicas"], json!(4));
+}
+
+#[test]
+fn rendering_is_deterministic_so_hashes_are_stable() {
+    let cr = website_cr(json!({"image": "nginx"}));
+    assert_eq!(
+        render(&website(), &cr).unwrap(),
+        render(&website(), &cr).unwrap()
+    );
+}
+
+#[test]
+fn hostile_strings_land_verbatim_and_never_change_the_structure() {
+    let hostile = [
+        "nginx\nkind: ClusterRole",
+        "x: y\n---\napiVersion: v1\nkind: Secret",
+        "{{ 7 * 7 }}",
+        "{% for i in range(10) %}x{% endfor %}",
+        "\"quoted\" 'single' `back`",
+        "- a\n- b",
+        "...\n---",
+        "&anchor *alias !!binary",
+    ];
+    let clean = render(&website(), &website_cr(json!({"image": "nginx"}))).unwrap();
+    for h in hostile {
+        let out = render(&website(), &website_cr(json!({"image": h}))).unwrap();
+        assert_eq!(out.len(), 2, "no extra object for {h:?}");
+        assert_eq!(
+            out[0].object["spec"]["template"]["spec"]["containers"][0]["image"],
+            json!(h),
+            "verbatim for {h:?}"
+        );
+        let mut a = out[0].object.clone();
+        let mut b = clean[0].object.clone();
+        a["spec"]["template"]["spec"]["containers"][0]["image"] = json!("");
+        b["spec"]["template"]["spec"]["containers"][0]["image"] = json!("");
+        a["metadata"]["annotations"] = json!(null);
+        b["metadata"]["annotations"] = json!(null);
+        assert_eq!(a, b, "only the image differs for {h:?}");
+    }
+}
+
+#[test]
+fn a_hostile_name_in_text_templates_stays_inside_its_string() {
+    let mut cr = website_cr(json!({"image": "nginx"}));
+    cr["metadata"]["name"] = json!("a\nnamespace: kube-system");
+    let out = render(&website(), &cr).unwrap();
+    assert_eq!(
+        out[0].object["metadata"]["name"],
+        json!("a\nnamespace: kube-system-web")
+    );
+    assert_eq!(out[0].object["metadata"]["namespace"], json!("team-a"));
+}
+
+#[test]
+fn booleans_and_numbers_keep_their_types_and_text_makes_strings() {
+    let r = rule(
+        r#"
+name: types
+watch: {group: x.io, version: v1, resource: things}
+children:
+  - id: cm
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "{{ name }}"}
+      data:
+        text: "port {{ spec.port }}"
+      binaryData: "{{ spec.nothing | default(none) }}"
+      immutable: "{{ spec.flag }}"
+"#,
+    );
+    let cr =
+        json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {"port": 8080, "flag": true}});
+    let out = render(&r, &cr).unwrap();
+    assert_eq!(out[0].object["data"]["text"], json!("port 8080"));
+    assert_eq!(out[0].object["immutable"], json!(true));
+    assert!(
+        out[0].object.get("binaryData").is_none(),
+        "none is dropped, not sent as null"
+    );
+}
+
+#[test]
+fn a_template_naming_another_namespace_is_refused_at_render() {
+    let r = rule(
+        r#"
+name: escape
+watch: {group: x.io, version: v1, resource: things}
+children:
+  - id: cm
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: "{{ name }}"
+        namespace: "{{ spec.target }}"
+"#,
+    );
+    let ok = json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {"target": "n"}});
+    assert!(render(&r, &ok).is_ok(), "its own namespace is fine");
+    let bad =
+        json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {"target": "kube-system"}});
+    let e = render(&r, &bad).unwrap_err();
+    assert!(
+        matches!(e, RenderError::OtherNamespace { ref found, .. } if found == "kube-system"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_undefined_value_is_an_error_that_names_the_child_and_field() {
+    let out = render(&website(), &website_cr(json!({"replicas": 1})));
+    let e = out.unwrap_err().to_string();
+    assert!(e.contains("child `deployment`"), "{e}");
+    assert!(e.contains("spec.template.spec.containers[0].image"), "{e}");
+    assert!(e.contains("undefined"), "{e}");
+}
+
+#[test]
+fn a_false_condition_leaves_the_child_out() {
+    let r = rule(
+        r#"
+name: cond
+watch: {group: x.io, version: v1, resource: things}
+children:
+  - id: cm
+    when: spec.enabled
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "{{ name }}"}
+"#,
+    );
+    let on = json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {"enabled": true}});
+    let off = json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {"enabled": false}});
+    assert_eq!(render(&r, &on).unwrap().len(), 1);
+    assert_eq!(render(&r, &off).unwrap().len(), 0);
+}
+
+#[test]
+fn a_runaway_template_is_stopped_by_fuel() {
+    let r = rule(
+        r#"
+name: loop
+watch: {group: x.io, version: v1, resource: things}
+children:
+  - id: cm
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "{{ name }}"}
+      data:
+        x: "{% for i in range(100000) %}{% for j in range(100000) %}.{% endfor %}{% endfor %}"
+"#,
+    );
+    let cr = json!({"metadata": {"name": "a", "namespace": "n"}});
+    let e = render(&r, &cr).unwrap_err().to_string();
+    assert!(e.contains("fuel") || e.contains("range"), "{e}");
+}

@@ -1,0 +1,138 @@
+//! Status computed from sample children, with no cluster.
+
+use super::*;
+use crate::render::scope;
+use crate::rules::load_str;
+use serde_json::json;
+use std::path::Path;
+
+fn website() -> std::sync::Arc<CompiledRule> {
+    let (mut rules, errors) = load_str(
+        include_str!("../../rules/website.yaml"),
+        Path::new("website.yaml"),
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+    rules.remove(0)
+}
+
+fn cr(service_type: &str) -> Value {
+    json!({"metadata": {"name": "my-blog", "namespace": "web"}, "spec": {"image": "nginx", "replicas": 3, "serviceType": service_type}})
+}
+
+fn compute_for(cr: &Value, observed: &[(&str, Value)]) -> Report {
+    let r = website();
+    let s = scope(&r, cr).unwrap();
+    let observed: HashMap<String, Value> = observed
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    compute(&r, &s, cr, &observed)
+}
+
+#[test]
+fn ready_replicas_and_the_cluster_url_come_from_the_children() {
+    let cr = cr("ClusterIP");
+    let rep = compute_for(
+        &cr,
+        &[
+            ("deployment", json!({"status": {"readyReplicas": 3}})),
+            ("service", json!({"spec": {}})),
+        ],
+    );
+    assert_eq!(rep.fields["readyReplicas"], json!(3));
+    assert_eq!(
+        rep.fields["url"],
+        json!("http://my-blog-web.web.svc.cluster.local:80")
+    );
+    assert!(rep.ready, "{rep:?}");
+    assert!(
+        !rep.fields.contains_key("loadBalancerIP"),
+        "helper fields are not exported"
+    );
+}
+
+#[test]
+fn a_load_balancer_with_an_ingress_ip_gives_its_url() {
+    let cr = cr("LoadBalancer");
+    let svc = json!({"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}});
+    let rep = compute_for(
+        &cr,
+        &[
+            ("deployment", json!({"status": {"readyReplicas": 1}})),
+            ("service", svc),
+        ],
+    );
+    assert_eq!(rep.fields["url"], json!("http://203.0.113.7"));
+    assert!(!rep.ready, "1 of 3 ready");
+    assert!(
+        rep.notes.iter().any(|n| n.contains("ready expression")),
+        "{:?}",
+        rep.notes
+    );
+}
+
+#[test]
+fn missing_children_give_defaults_and_say_why() {
+    let rep = compute_for(&cr("ClusterIP"), &[]);
+    assert_eq!(rep.fields["readyReplicas"], json!(0));
+    assert!(
+        rep.notes
+            .iter()
+            .any(|n| n.contains("child `deployment` does not exist yet")),
+        "{:?}",
+        rep.notes
+    );
+    assert!(!rep.ready);
+}
+
+#[test]
+fn a_value_of_the_wrong_type_is_a_problem_and_the_default_is_used() {
+    let rep = compute_for(
+        &cr("ClusterIP"),
+        &[("deployment", json!({"status": {"readyReplicas": "three"}}))],
+    );
+    assert_eq!(rep.fields["readyReplicas"], json!(0));
+    assert!(
+        rep.problems
+            .iter()
+            .any(|p| p.contains("not of type integer")),
+        "{:?}",
+        rep.problems
+    );
+}
+
+#[test]
+fn several_matches_fill_arrays_and_are_an_error_for_scalars() {
+    let (mut rules, errors) = load_str(
+        r#"
+name: multi
+watch: {group: x.io, version: v1, resource: things}
+children:
+  - id: d
+    template: {apiVersion: apps/v1, kind: Deployment, metadata: {name: "{{ name }}"}}
+status:
+  fields:
+    - {name: images, from: d, path: "$.spec.template.spec.containers[*].image", type: array}
+    - {name: image, from: d, path: "$.spec.template.spec.containers[*].image", type: string}
+"#,
+        Path::new("m.yaml"),
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+    let r = rules.remove(0);
+    let cr = json!({"metadata": {"name": "a", "namespace": "n"}});
+    let d =
+        json!({"spec": {"template": {"spec": {"containers": [{"image": "a"}, {"image": "b"}]}}}});
+    let rep = compute(
+        &r,
+        &scope(&r, &cr).unwrap(),
+        &cr,
+        &HashMap::from([("d".to_string(), d)]),
+    );
+    assert_eq!(rep.fields["images"], json!(["a", "b"]));
+    assert!(!rep.fields.contains_key("image"));
+    assert!(
+        rep.problems.iter().any(|p| p.contains("matched 2 values")),
+        "{:?}",
+        rep.problems
+    );
+}

@@ -1,0 +1,135 @@
+//! `ruleop check` and `ruleop render` work with no cluster, and every error names the
+//! file, the rule, the child and the line.
+
+use std::process::Command;
+
+fn ruleop(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ruleop"))
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("running ruleop");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_accepts_the_shipped_rules() {
+    let (code, stdout, stderr) = ruleop(&["check", "--rules", "rules/"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("2 rule(s) ok"), "{stdout}");
+}
+
+#[test]
+fn check_reports_each_broken_file_with_file_rule_child_and_line() {
+    let cases = [
+        (
+            "bad-yaml.yaml:3:",
+            "rule `bad-yaml`",
+            None,
+            "did not find expected",
+        ),
+        (
+            "unknown-field.yaml:5:",
+            "rule `unknown-field`",
+            Some("child `cm`"),
+            "unknown field `tempalte`",
+        ),
+        (
+            "template-syntax.yaml:11:",
+            "rule `template-syntax`",
+            Some("child `cm`"),
+            "syntax error",
+        ),
+        (
+            "bad-jsonpath.yaml:14:",
+            "rule `bad-jsonpath`",
+            None,
+            "bad JSONPath",
+        ),
+        (
+            "unknown-kind.yaml:7:",
+            "rule `unknown-kind`",
+            Some("child `web`"),
+            "unknown kind \"Deploymnet\" in apps/v1",
+        ),
+        (
+            "other-namespace.yaml:10:",
+            "rule `other-namespace`",
+            Some("child `cm`"),
+            "metadata.namespace",
+        ),
+        (
+            "other-namespace.yaml:14:",
+            "rule `other-namespace`",
+            Some("child `role`"),
+            "cluster-scoped",
+        ),
+        (
+            "unknown-variable.yaml:11:",
+            "rule `unknown-variable`",
+            Some("child `cm`"),
+            "unknown variable `spce`",
+        ),
+    ];
+    let (code, stdout, stderr) = ruleop(&["check", "--rules", "tests/fixtures/broken/"]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    for (at, rule, child, what) in cases {
+        let line = stderr
+            .lines()
+            .find(|l| l.contains(at) && l.contains(what))
+            .unwrap_or_else(|| panic!("no error at {at} about {what:?} in:\n{stderr}"));
+        assert!(line.contains(rule), "{line}");
+        if let Some(c) = child {
+            assert!(line.contains(c), "{line}");
+        }
+    }
+    assert!(
+        stderr.contains("fix: did you mean `Deployment`?"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("0 rule(s) ok, 8 error(s)"), "{stdout}");
+}
+
+#[test]
+fn render_prints_the_children_with_no_cluster() {
+    let (code, stdout, stderr) = ruleop(&["render", "--rules", "rules/", "examples/website.yaml"]);
+    assert_eq!(code, 0, "{stderr}");
+    let docs: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&stdout)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 2);
+    assert_eq!(docs[0]["kind"], "Deployment");
+    assert_eq!(docs[0]["spec"]["replicas"], 3);
+    assert_eq!(docs[1]["kind"], "Service");
+}
+
+#[test]
+fn render_with_observed_children_prints_the_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let observed = dir.path().join("observed.yaml");
+    std::fs::write(
+        &observed,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: my-blog-web}\nstatus: {readyReplicas: 3}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: my-blog-web}\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = ruleop(&[
+        "render",
+        "--rules",
+        "rules/",
+        "examples/website.yaml",
+        "--observed",
+        observed.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("readyReplicas: 3"), "{stdout}");
+    assert!(
+        stdout.contains("url: http://my-blog-web.default.svc.cluster.local:80"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("ready: true"), "{stdout}");
+}
