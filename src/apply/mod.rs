@@ -44,13 +44,17 @@ pub enum ApplyError {
 impl ApplyError {
     fn from_kube(kind: &str, name: &str, e: kube::Error) -> ApplyError {
         match e {
-            kube::Error::Api(s) if is_user_error(s.code) => ApplyError::Refused {
-                kind: kind.to_string(),
-                name: name.to_string(),
-                code: s.code,
-                reason: s.reason.clone(),
-                message: s.message.clone(),
-            },
+            kube::Error::Api(s)
+                if is_user_error(s.code) || is_type_mismatch(s.code, &s.message) =>
+            {
+                ApplyError::Refused {
+                    kind: kind.to_string(),
+                    name: name.to_string(),
+                    code: s.code,
+                    reason: s.reason.clone(),
+                    message: s.message.clone(),
+                }
+            }
             other => ApplyError::Transient {
                 kind: kind.to_string(),
                 name: name.to_string(),
@@ -63,6 +67,12 @@ impl ApplyError {
     pub fn is_refused(&self) -> bool {
         matches!(self, ApplyError::Refused { .. })
     }
+}
+
+/// The API server answers a server-side apply whose values do not fit the kind's schema
+/// (a number where a string belongs) with a 500; retrying cannot fix it either.
+fn is_type_mismatch(code: u16, message: &str) -> bool {
+    code == 500 && message.contains("failed to create typed patch object")
 }
 
 /// 4xx answers that retrying will not fix (409 Conflict and 429 Too Many Requests will).
@@ -287,5 +297,10 @@ mod tests {
         assert!(!is_user_error(409));
         assert!(!is_user_error(429));
         assert!(!is_user_error(500));
+        assert!(is_type_mismatch(
+            500,
+            "failed to create typed patch object (ns/x; /v1, Kind=ConfigMap): .data.size: expected string"
+        ));
+        assert!(!is_type_mismatch(500, "etcdserver: request timed out"));
     }
 }

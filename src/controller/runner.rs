@@ -236,7 +236,10 @@ async fn run(
     controller
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
-            if let Err(e) = res {
+            // Reconcile failures are logged by error_policy; the rest are the queue's own.
+            if let Err(e) = res
+                && !matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..))
+            {
                 tracing::debug!(error = %e, "controller event");
             }
         })

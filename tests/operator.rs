@@ -1,0 +1,364 @@
+//! The operator end to end on the real control plane: WebSite, MyApp and a third kind
+//! defined only here, each driven by `ruleop run` with rules files and nothing else.
+
+mod common;
+
+use common::{
+    Operator, condition, eventually, get_json, install_crds, kubectl, kubectl_ok, manifest_in,
+};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(60);
+
+async fn wait_json(
+    kind: &str,
+    ns: &str,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    eventually(T, &format!("{kind}/{name}: {what}"), || async {
+        get_json(kind, ns, name).filter(|v| pred(v))
+    })
+    .await
+}
+
+async fn wait_gone(kind: &str, ns: &str, name: &str) {
+    eventually(T, &format!("{kind}/{name} gone"), || async {
+        if get_json(kind, ns, name).is_none() {
+            Some(())
+        } else {
+            None
+        }
+    })
+    .await
+}
+
+fn rv(v: &Value) -> String {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_website_gets_its_children_status_scale_and_cleanup() {
+    let client = common::client().await;
+    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    let ns = common::namespace(&client, "e2e-website").await;
+    let op = Operator::start(&ns, &["rules/website.yaml"], &[]);
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&manifest_in("examples/website.yaml", &ns)),
+    );
+
+    // Children exactly as the original operator built them.
+    let d = wait_json("deployment", &ns, "my-blog-web", "exists", |_| true).await;
+    assert_eq!(d["metadata"]["labels"]["app.kubernetes.io/name"], "website");
+    assert_eq!(
+        d["metadata"]["labels"]["app.kubernetes.io/instance"],
+        "my-blog"
+    );
+    assert_eq!(
+        d["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "ruleop"
+    );
+    assert_eq!(d["spec"]["replicas"], 3);
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["name"], "web");
+    assert_eq!(c["image"], "nginx:1.27");
+    assert_eq!(c["ports"][0]["containerPort"], 80);
+    assert_eq!(
+        c["resources"]["requests"],
+        json!({"cpu": "100m", "memory": "128Mi"})
+    );
+    assert_eq!(
+        c["resources"]["limits"],
+        json!({"cpu": "500m", "memory": "256Mi"})
+    );
+    assert_eq!(d["metadata"]["ownerReferences"][0]["kind"], "WebSite");
+    let s = wait_json("service", &ns, "my-blog-web", "exists", |_| true).await;
+    assert_eq!(s["spec"]["type"], "ClusterIP");
+    assert_eq!(s["spec"]["ports"][0]["port"], 80);
+    assert_eq!(s["spec"]["ports"][0]["targetPort"], 80);
+
+    // Status once kwok has made the pods ready.
+    let url = format!("http://my-blog-web.{ns}.svc.cluster.local:80");
+    let w = wait_json("website", &ns, "my-blog", "ready 3", |w| {
+        w["status"]["readyReplicas"] == 3
+            && condition(w, "Ready").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    assert_eq!(w["status"]["url"], json!(url));
+    assert_eq!(
+        w["status"]["observedGeneration"],
+        w["metadata"]["generation"]
+    );
+    let table = kubectl_ok(
+        &["get", "website", "my-blog", "-n", &ns, "-o", "wide"],
+        None,
+    );
+    let row = table.lines().nth(1).unwrap_or_default();
+    assert!(row.contains("nginx:1.27") && row.contains(&url), "{table}");
+    assert_eq!(
+        row.split_whitespace().nth(3),
+        Some("3"),
+        "Ready column: {table}"
+    );
+
+    // Spec changes reach the Deployment, by patch and through the scale subresource.
+    kubectl_ok(
+        &[
+            "patch",
+            "website",
+            "my-blog",
+            "-n",
+            &ns,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"replicas":5}}"#,
+        ],
+        None,
+    );
+    wait_json("deployment", &ns, "my-blog-web", "5 replicas", |d| {
+        d["spec"]["replicas"] == 5
+    })
+    .await;
+    kubectl_ok(
+        &["scale", "website", "my-blog", "-n", &ns, "--replicas=4"],
+        None,
+    );
+    wait_json("deployment", &ns, "my-blog-web", "4 replicas", |d| {
+        d["spec"]["replicas"] == 4
+    })
+    .await;
+    wait_json("website", &ns, "my-blog", "ready 4", |w| {
+        w["status"]["readyReplicas"] == 4
+            && w["status"]["observedGeneration"] == w["metadata"]["generation"]
+    })
+    .await;
+
+    // Steady state: a reconcile with nothing to change writes nothing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (d0, s0) = (
+        get_json("deployment", &ns, "my-blog-web").unwrap(),
+        get_json("service", &ns, "my-blog-web").unwrap(),
+    );
+    kubectl_ok(
+        &["annotate", "website", "my-blog", "-n", &ns, "poke=1"],
+        None,
+    );
+    let w0 = get_json("website", &ns, "my-blog").unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        rv(&get_json("deployment", &ns, "my-blog-web").unwrap()),
+        rv(&d0),
+        "Deployment written in steady state"
+    );
+    assert_eq!(
+        rv(&get_json("service", &ns, "my-blog-web").unwrap()),
+        rv(&s0),
+        "Service written in steady state"
+    );
+    assert_eq!(
+        rv(&get_json("website", &ns, "my-blog").unwrap()),
+        rv(&w0),
+        "status written in steady state"
+    );
+    assert!(
+        op.logs().contains("my-blog"),
+        "the operator saw the resource"
+    );
+
+    // A child edited by hand is restored; one deleted by hand is recreated.
+    kubectl_ok(
+        &[
+            "set",
+            "image",
+            "deployment/my-blog-web",
+            "-n",
+            &ns,
+            "web=evil:latest",
+        ],
+        None,
+    );
+    wait_json("deployment", &ns, "my-blog-web", "image restored", |d| {
+        d["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.27"
+    })
+    .await;
+    kubectl_ok(&["delete", "service", "my-blog-web", "-n", &ns], None);
+    wait_json("service", &ns, "my-blog-web", "recreated", |s| {
+        s["metadata"]["uid"] != s0["metadata"]["uid"]
+    })
+    .await;
+
+    // Deleting the WebSite deletes both children.
+    kubectl_ok(&["delete", "website", "my-blog", "-n", &ns], None);
+    wait_gone("deployment", &ns, "my-blog-web").await;
+    wait_gone("service", &ns, "my-blog-web").await;
+}
+
+#[tokio::test]
+async fn a_myapp_gets_its_deployment_and_replicas_status() {
+    let client = common::client().await;
+    install_crds(&["deploy/crds/myapps.example.com.yaml"]);
+    let ns = common::namespace(&client, "e2e-myapp").await;
+    let _op = Operator::start(&ns, &["rules/myapp.yaml"], &[]);
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&manifest_in("examples/myapp.yaml", &ns)),
+    );
+    let d = wait_json("deployment", &ns, "my-app", "exists", |_| true).await;
+    assert_eq!(d["metadata"]["labels"]["app"], "my-app");
+    assert_eq!(
+        d["spec"]["selector"]["matchLabels"],
+        json!({"app": "my-app"})
+    );
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["name"],
+        "app"
+    );
+    assert_eq!(d["spec"]["replicas"], 2);
+    wait_json("myapp", &ns, "my-app", "replicas 2", |m| {
+        m["status"]["replicas"] == 2 && condition(m, "Ready").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    kubectl_ok(&["delete", "myapp", "my-app", "-n", &ns], None);
+    wait_gone("deployment", &ns, "my-app").await;
+}
+
+#[tokio::test]
+async fn a_third_kind_from_a_test_fixture_works_with_the_same_binary() {
+    let client = common::client().await;
+    install_crds(&["tests/fixtures/cache/crd.yaml"]);
+    let ns = common::namespace(&client, "e2e-cache").await;
+    let _op = Operator::start(&ns, &["tests/fixtures/cache/rules.yaml"], &[]);
+    let cr = format!(
+        "apiVersion: test.ruleop.dev/v1alpha1\nkind: Cache\nmetadata: {{name: sessions, namespace: {ns}}}\nspec: {{size: 2, maxMemory: 128mb}}\n"
+    );
+    kubectl_ok(&["apply", "-f", "-"], Some(&cr));
+    let cm = wait_json("configmap", &ns, "sessions-config", "exists", |_| true).await;
+    assert_eq!(cm["data"]["redis.conf"], "maxmemory 128mb");
+    assert_eq!(
+        cm["data"]["size"], "2",
+        "text around an expression makes a string"
+    );
+    let sts = wait_json("statefulset", &ns, "sessions", "exists", |_| true).await;
+    assert_eq!(sts["spec"]["replicas"], 2);
+    let c = wait_json("cache", &ns, "sessions", "ready", |c| {
+        c["status"]["readyReplicas"] == 2
+            && condition(c, "Ready").is_some_and(|r| r["status"] == "True")
+    })
+    .await;
+    assert_eq!(c["status"]["config"], "sessions-config");
+
+    // The StatefulSet's condition turns false: it is pruned, the ConfigMap stays.
+    kubectl_ok(
+        &[
+            "patch",
+            "cache",
+            "sessions",
+            "-n",
+            &ns,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"persistent":false}}"#,
+        ],
+        None,
+    );
+    wait_gone("statefulset", &ns, "sessions").await;
+    assert!(get_json("configmap", &ns, "sessions-config").is_some());
+}
+
+#[tokio::test]
+async fn a_newline_and_a_kind_in_the_image_stay_inside_the_image_string() {
+    let client = common::client().await;
+    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    let ns = common::namespace(&client, "e2e-inject").await;
+    let roles_before = kubectl_ok(&["get", "clusterroles", "-o", "name"], None);
+    let _op = Operator::start(&ns, &["rules/website.yaml"], &[]);
+    let image = "nginx\nkind: ClusterRole\nmetadata:\n  name: pwned";
+    let cr = json!({"apiVersion": "example.com/v1", "kind": "WebSite", "metadata": {"name": "inj", "namespace": ns}, "spec": {"image": image}});
+    kubectl_ok(&["apply", "-f", "-"], Some(&cr.to_string()));
+    // The API server refuses an image with a newline: the refusal is on the WebSite.
+    let w = wait_json("website", &ns, "inj", "Synced condition", |w| {
+        condition(w, "Synced").is_some()
+    })
+    .await;
+    let synced = condition(&w, "Synced").unwrap();
+    match get_json("deployment", &ns, "inj-web") {
+        Some(d) => assert_eq!(
+            d["spec"]["template"]["spec"]["containers"][0]["image"],
+            json!(image)
+        ),
+        None => {
+            assert_eq!(synced["status"], "False", "{w}");
+            assert_eq!(synced["reason"], "ApplyRefused", "{w}");
+            assert!(synced["message"].as_str().unwrap().contains("image"), "{w}");
+        }
+    }
+    assert!(
+        get_json("service", &ns, "inj-web").is_some(),
+        "the other child is still made"
+    );
+    assert_eq!(
+        kubectl_ok(&["get", "clusterroles", "-o", "name"], None),
+        roles_before,
+        "no ClusterRole appeared"
+    );
+    assert!(!kubectl_ok(&["get", "clusterroles", "-o", "name"], None).contains("pwned"));
+}
+
+#[tokio::test]
+async fn a_template_naming_another_namespace_gets_an_error_and_creates_nothing() {
+    let client = common::client().await;
+    install_crds(&["tests/fixtures/cache/crd.yaml"]);
+    let ns = common::namespace(&client, "e2e-escape").await;
+    let other = common::namespace(&client, "e2e-escape-target").await;
+    let _op = Operator::start(&ns, &["tests/fixtures/cache/escape.yaml"], &[]);
+    let cr = format!(
+        "apiVersion: test.ruleop.dev/v1alpha1\nkind: Cache\nmetadata: {{name: out, namespace: {ns}}}\nspec: {{target: {other}}}\n"
+    );
+    kubectl_ok(&["apply", "-f", "-"], Some(&cr));
+    let c = wait_json("cache", &ns, "out", "Synced False", |c| {
+        condition(c, "Synced").is_some_and(|s| s["status"] == "False")
+    })
+    .await;
+    let synced = condition(&c, "Synced").unwrap();
+    assert_eq!(synced["reason"], "RenderFailed");
+    assert!(synced["message"].as_str().unwrap().contains(&other), "{c}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, out, _) = kubectl(
+        &[
+            "get",
+            "configmaps",
+            "-A",
+            "-l",
+            "ruleop.dev/rule=escape",
+            "-o",
+            "name",
+        ],
+        None,
+    );
+    assert!(out.trim().is_empty(), "nothing created anywhere: {out}");
+
+    // Pointing it at its own namespace is fine.
+    kubectl_ok(
+        &[
+            "patch",
+            "cache",
+            "out",
+            "-n",
+            &ns,
+            "--type",
+            "merge",
+            "-p",
+            &format!(r#"{{"spec":{{"target":"{ns}"}}}}"#),
+        ],
+        None,
+    );
+    wait_json("configmap", &ns, "out-escaped", "exists", |_| true).await;
+}
