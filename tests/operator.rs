@@ -198,6 +198,7 @@ async fn a_website_gets_its_children_status_scale_and_cleanup() {
     kubectl_ok(&["delete", "website", "my-blog", "-n", &ns], None);
     wait_gone("deployment", &ns, "my-blog-web").await;
     wait_gone("service", &ns, "my-blog-web").await;
+    common::delete_namespace(&ns);
 }
 
 #[tokio::test]
@@ -227,6 +228,7 @@ async fn a_myapp_gets_its_deployment_and_replicas_status() {
     .await;
     kubectl_ok(&["delete", "myapp", "my-app", "-n", &ns], None);
     wait_gone("deployment", &ns, "my-app").await;
+    common::delete_namespace(&ns);
 }
 
 #[tokio::test]
@@ -271,6 +273,7 @@ async fn a_third_kind_from_a_test_fixture_works_with_the_same_binary() {
     );
     wait_gone("statefulset", &ns, "sessions").await;
     assert!(get_json("configmap", &ns, "sessions-config").is_some());
+    common::delete_namespace(&ns);
 }
 
 #[tokio::test]
@@ -310,6 +313,7 @@ async fn a_newline_and_a_kind_in_the_image_stay_inside_the_image_string() {
         "no ClusterRole appeared"
     );
     assert!(!kubectl_ok(&["get", "clusterroles", "-o", "name"], None).contains("pwned"));
+    common::delete_namespace(&ns);
 }
 
 #[tokio::test]
@@ -331,6 +335,7 @@ async fn a_template_naming_another_namespace_gets_an_error_and_creates_nothing()
     assert_eq!(synced["reason"], "RenderFailed");
     assert!(synced["message"].as_str().unwrap().contains(&other), "{c}");
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let uid = c["metadata"]["uid"].as_str().unwrap().to_string();
     let (_, out, _) = kubectl(
         &[
             "get",
@@ -339,11 +344,18 @@ async fn a_template_naming_another_namespace_gets_an_error_and_creates_nothing()
             "-l",
             "ruleop.dev/rule=escape",
             "-o",
-            "name",
+            "json",
         ],
         None,
     );
-    assert!(out.trim().is_empty(), "nothing created anywhere: {out}");
+    let all: Value = serde_json::from_str(&out).unwrap();
+    let made: Vec<&Value> = all["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["metadata"]["ownerReferences"][0]["uid"] == uid.as_str())
+        .collect();
+    assert!(made.is_empty(), "nothing created anywhere: {made:?}");
 
     // Pointing it at its own namespace is fine.
     kubectl_ok(
@@ -361,4 +373,6 @@ async fn a_template_naming_another_namespace_gets_an_error_and_creates_nothing()
         None,
     );
     wait_json("configmap", &ns, "out-escaped", "exists", |_| true).await;
+    common::delete_namespace(&ns);
+    common::delete_namespace(&other);
 }

@@ -2,7 +2,7 @@
 //! compiled once, every reference checked, every problem reported with its line.
 //! Pure: no cluster is needed, so `ruleop check` runs anywhere.
 
-use super::error::{LoadError, Location};
+use super::error::{LoadError, Location, RuleProblem};
 use super::lines::LineIndex;
 use super::program::{self, ExprRef, Program, TextRef};
 use super::spec::{FieldType, RuleSpec, WatchSpec};
@@ -273,13 +273,13 @@ impl Compiler<'_> {
         problem: impl Into<String>,
         fix: impl Into<String>,
     ) {
-        self.errors.push(LoadError::Rule {
+        self.errors.push(LoadError::Rule(Box::new(RuleProblem {
             at: self.at(path),
             rule: self.rule.clone(),
             child: child.map(str::to_string),
             problem: problem.into(),
             fix: fix.into(),
-        });
+        })));
     }
 
     fn expr(&mut self, path: &str, child: Option<&str>, source: &str, status: bool) -> ExprRef {

@@ -45,14 +45,8 @@ pub enum LoadError {
         message: String,
     },
     /// A rule has the right shape but something in it is wrong.
-    #[error("{at}: rule `{rule}`{}: {problem}\n  fix: {fix}", child_suffix(child))]
-    Rule {
-        at: Location,
-        rule: String,
-        child: Option<String>,
-        problem: String,
-        fix: String,
-    },
+    #[error("{0}")]
+    Rule(Box<RuleProblem>),
     /// Two rules share a name.
     #[error(
         "{second}: rule `{rule}` is already defined at {first}\n  fix: give every rule a unique name"
@@ -65,6 +59,30 @@ pub enum LoadError {
     /// The paths given hold no rules files.
     #[error("{}: no rules files here (looked for *.yaml and *.yml)", path.display())]
     NoFiles { path: PathBuf },
+}
+
+/// What is wrong in a rule, where, and what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleProblem {
+    pub at: Location,
+    pub rule: String,
+    pub child: Option<String>,
+    pub problem: String,
+    pub fix: String,
+}
+
+impl fmt::Display for RuleProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: rule `{}`{}: {}\n  fix: {}",
+            self.at,
+            self.rule,
+            child_suffix(&self.child),
+            self.problem,
+            self.fix
+        )
+    }
 }
 
 fn rule_prefix(rule: &Option<String>, child: &Option<String>) -> String {
@@ -103,7 +121,7 @@ impl LoadError {
             | LoadError::TooLarge { path, .. }
             | LoadError::Syntax { path, .. }
             | LoadError::NoFiles { path } => path,
-            LoadError::Rule { at, .. } => &at.file,
+            LoadError::Rule(p) => &p.at.file,
             LoadError::Duplicate { second, .. } => &second.file,
         }
     }

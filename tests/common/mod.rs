@@ -188,3 +188,8 @@ pub fn condition<'a>(obj: &'a serde_json::Value, type_: &str) -> Option<&'a serd
         .iter()
         .find(|c| c["type"] == type_)
 }
+
+/// Deletes a test's namespace without waiting.
+pub fn delete_namespace(ns: &str) {
+    let _ = kubectl(&["delete", "namespace", ns, "--wait=false"], None);
+}
