@@ -5,9 +5,12 @@
 //! [`controller`] runs the pipeline for every custom resource of every rule.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod apply;
 pub mod cli;
 pub mod controller;
+pub mod metrics;
+pub mod rbac;
 pub mod render;
 pub mod rules;
 pub mod status;

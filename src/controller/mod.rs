@@ -1,19 +1,31 @@
-//! Runs the pipeline for every custom resource of every rule: `ruleop run`.
+//! `ruleop run`: the operator. Loads the rules, serves the admin endpoints, optionally
+//! campaigns for the leader Lease, runs one controller per rule while leading, reloads
+//! the rules when their files change, and shuts down gracefully on SIGTERM/SIGINT.
 
 pub mod discovery;
+pub mod leader;
 pub mod reconcile;
+pub mod reload;
 pub mod runner;
+pub mod supervisor;
 
-use crate::rules;
+use crate::admin::{self, Health};
+use crate::metrics::Metrics;
+use crate::rules::book::{Problem, RuleBook};
 use clap::Args;
-use runner::{Options, RuleTask};
+use leader::{Election, LeaseConfig};
+use runner::Options;
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
+use supervisor::Supervisor;
 
 /// Arguments of `ruleop run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// A rules file or directory (repeat for more).
+    /// A rules file or directory (repeat for more). Watched: edits apply without a restart.
     #[arg(long, required = true)]
     pub rules: Vec<PathBuf>,
     /// Reconciles running at once, per rule.
@@ -25,45 +37,221 @@ pub struct RunArgs {
     /// Watch and act in this namespace only (default: all namespaces).
     #[arg(long)]
     pub namespace: Option<String>,
+    /// Address of the admin server (/metrics, /livez, /readyz, /status); port 0 picks one.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub admin_addr: SocketAddr,
+    /// Reconcile only while holding the leader Lease.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "ruleop-leader")]
+    pub lease_name: String,
+    /// Seconds the Lease stays valid after its holder's last renewal.
+    #[arg(long, default_value_t = 15)]
+    pub lease_duration: u64,
+    /// This process's identity in the Lease (default: $POD_NAME, else host name and pid).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Seconds between rechecks of the rules files, besides file-change notifications.
+    #[arg(long, default_value_t = 10)]
+    pub rules_poll_seconds: u64,
 }
 
-/// Errors that stop `ruleop run` from starting.
+/// Errors that stop `ruleop run`.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("no rule could be loaded from {0:?}")]
-    NoRules(Vec<PathBuf>),
+    #[error("no rule could be loaded from {paths:?}: {problems}")]
+    NoRules {
+        paths: Vec<PathBuf>,
+        problems: String,
+    },
     #[error("cannot reach the cluster: {0}")]
     Client(#[source] kube::Error),
+    #[error("cannot serve the admin endpoints on {addr}: {source}")]
+    Admin {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot watch the rules files: {0}")]
+    Watch(#[source] notify::Error),
+    #[error("leader election: {0}")]
+    Lease(#[source] kube_lease_manager::LeaseManagerError),
 }
 
-/// The operator: loads the rules, starts a controller per rule, stops on SIGTERM/SIGINT.
+fn identity(args: &RunArgs) -> String {
+    args.identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "ruleop".into());
+        format!("{host}-{}", std::process::id())
+    })
+}
+
+/// Logs and publishes the problems of a load; returns whether they changed.
+fn report(
+    problems: &[Problem],
+    last: &mut Vec<Problem>,
+    metrics: &Metrics,
+    health: &Health,
+) -> bool {
+    if problems == last.as_slice() {
+        return false;
+    }
+    for p in problems {
+        tracing::error!(file = %p.file, error = %p.message, "rules file has errors; the last good version of its rules stays in force");
+    }
+    metrics.rule_load_failures.inc_by(problems.len() as u64);
+    metrics.rule_load_errors.set(problems.len() as i64);
+    if let Ok(mut h) = health.problems.lock() {
+        *h = problems.to_vec();
+    }
+    *last = problems.to_vec();
+    true
+}
+
+/// The operator.
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
-    let (loaded, errors) = rules::load_paths(&args.rules);
-    for e in &errors {
-        tracing::error!(file = %e.file().display(), error = %e, "rule not loaded");
+    let metrics = Arc::new(Metrics::default());
+    let health = Arc::new(Health::default());
+    let mut book = RuleBook::new(args.rules.clone());
+    let mut last_problems = Vec::new();
+    book.reload();
+    let initial = book.rules();
+    let problems = book.problems.clone();
+    report(&problems, &mut last_problems, &metrics, &health);
+    if initial.is_empty() {
+        let problems = problems
+            .iter()
+            .map(|p| p.message.clone())
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(RunError::NoRules {
+            paths: args.rules.clone(),
+            problems,
+        });
     }
-    if loaded.is_empty() {
-        return Err(RunError::NoRules(args.rules.clone()));
-    }
+    let (_watcher, mut changes) = reload::watch(book.paths()).map_err(RunError::Watch)?;
+
     let client = kube::Client::try_default()
         .await
         .map_err(RunError::Client)?;
+    let addr = admin::serve(args.admin_addr, metrics.clone(), health.clone())
+        .await
+        .map_err(|source| RunError::Admin {
+            addr: args.admin_addr,
+            source,
+        })?;
+    tracing::info!(%addr, "admin server listening");
+
+    let me = identity(&args);
     let opts = Options {
         concurrency: args.concurrency,
         resync: Duration::from_secs(args.resync_seconds),
         discovery_retry: Duration::from_secs(3),
         namespace: args.namespace.clone(),
+        metrics: metrics.clone(),
+        reporter: kube::runtime::events::Reporter {
+            controller: "ruleop".into(),
+            instance: Some(me.clone()),
+        },
     };
-    let tasks: Vec<RuleTask> = loaded
-        .into_iter()
-        .map(|r| RuleTask::spawn(client.clone(), r, opts.clone()))
-        .collect();
-    tracing::info!(rules = tasks.len(), "ruleop running");
-    shutdown_signal().await;
+    let mut sup = Supervisor::new(client.clone(), opts, metrics.clone(), health.clone());
+    sup.set_desired(initial);
+
+    let mut election = if args.leader_elect {
+        let cfg = LeaseConfig {
+            namespace: args.lease_namespace.clone(),
+            name: args.lease_name.clone(),
+            identity: me.clone(),
+            duration: args.lease_duration,
+            grace: (args.lease_duration / 3).max(1),
+        };
+        tracing::info!(lease = %cfg.name, namespace = %cfg.namespace, identity = %me, "campaigning for leadership");
+        Some(
+            Election::start(client.clone(), &cfg)
+                .await
+                .map_err(RunError::Lease)?,
+        )
+    } else {
+        None
+    };
+    let mut leading = election.as_ref().is_none_or(Election::is_leader);
+    set_leader(leading, &metrics, &health);
+    if leading {
+        sup.converge().await;
+    }
+    health.loaded.store(true, Ordering::SeqCst);
+    tracing::info!(rules = book.rules().len(), leading, "ruleop running");
+
+    let mut poll = tokio::time::interval(Duration::from_secs(args.rules_poll_seconds.max(1)));
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            now = async {
+                match election.as_mut() {
+                    Some(e) => e.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if now != leading {
+                    leading = now;
+                    set_leader(leading, &metrics, &health);
+                    if leading {
+                        tracing::info!(identity = %me, "became leader: starting controllers");
+                        sup.converge().await;
+                    } else {
+                        tracing::warn!(identity = %me, "lost leadership: stopping controllers");
+                        sup.stop_all().await;
+                    }
+                }
+            }
+            Some(()) = changes.recv() => {
+                // Let a burst of file events settle, then read everything once.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                while changes.try_recv().is_ok() {}
+                reload(&mut book, &mut sup, &mut last_problems, &metrics, &health, leading).await;
+            }
+            _ = poll.tick() => reload(&mut book, &mut sup, &mut last_problems, &metrics, &health, leading).await,
+        }
+    }
     tracing::info!("shutting down: finishing in-flight reconciles");
-    futures::future::join_all(tasks.into_iter().map(RuleTask::stop)).await;
+    sup.stop_all().await;
+    if let Some(e) = election {
+        e.release().await;
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+async fn reload(
+    book: &mut RuleBook,
+    sup: &mut Supervisor,
+    last: &mut Vec<Problem>,
+    metrics: &Metrics,
+    health: &Health,
+    leading: bool,
+) {
+    book.reload();
+    let rules = book.rules();
+    let problems = book.problems.clone();
+    if report(&problems, last, metrics, health) && problems.is_empty() {
+        tracing::info!("rules files load cleanly again");
+    }
+    sup.set_desired(rules);
+    if leading {
+        sup.converge().await;
+    }
+}
+
+fn set_leader(leading: bool, metrics: &Metrics, health: &Health) {
+    metrics.leader.set(i64::from(leading));
+    health.leader.store(leading, Ordering::SeqCst);
 }
 
 async fn shutdown_signal() {
@@ -85,4 +273,5 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+    tracing::info!("shutdown signal received");
 }

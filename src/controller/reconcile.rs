@@ -5,13 +5,15 @@
 
 use crate::apply::{self, ApplyError, Memo, ObjectKey, Written};
 use crate::controller::discovery::Resolved;
+use crate::metrics::Metrics;
 use crate::render::{self, CHILD_LABEL, FIELD_MANAGER, Rendered};
 use crate::rules::CompiledRule;
 use crate::status::{self, Condition, merge_conditions};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -40,6 +42,8 @@ pub struct Ctx {
     pub failures: Mutex<HashMap<String, u32>>,
     /// How often a healthy custom resource is checked again with no event.
     pub resync: Duration,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
 }
 
 /// A reconcile that must be retried.
@@ -76,8 +80,52 @@ pub fn backoff(n: u32) -> Duration {
     Duration::from_millis(ms.min(300_000))
 }
 
+impl ReconcileError {
+    /// The fixed metrics category.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ReconcileError::Apply(_) | ReconcileError::Decode(_) => "apply_transient",
+            ReconcileError::Status(_) => "status_write",
+        }
+    }
+}
+
+/// Publishes an Event on the custom resource; a failure to publish is only logged.
+async fn event(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let reference = cr.object_ref(&ctx.parent.resource);
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(truncate(note, 1000)),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+        tracing::debug!(error = %e, reason, "could not publish event");
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
 /// Called by the controller when [`reconcile`] fails.
 pub fn error_policy(cr: Arc<DynamicObject>, err: &ReconcileError, ctx: Arc<Ctx>) -> Action {
+    ctx.metrics.error(&ctx.rule.name, err.category());
     let n = {
         let mut f = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
         let n = f.entry(key_of(&cr)).or_insert(0);
@@ -96,6 +144,7 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
         return Ok(Action::await_change());
     }
     let rule = &ctx.rule;
+    let _timer = ctx.metrics.reconcile(&rule.name);
     let ns = cr.namespace().unwrap_or_default();
     let cr_json = serde_json::to_value(&*cr).map_err(ReconcileError::Decode)?;
     let uid = cr.uid();
@@ -112,9 +161,9 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
                 message,
             },
             None => {
-                let sync = apply_children(&ctx, &ns, &children, &mut observed).await?;
+                let sync = apply_children(&ctx, &cr, &ns, &children, &mut observed).await?;
                 if let Some(uid) = &uid {
-                    prune_children(&ctx, &ns, uid, &children).await?;
+                    prune_children(&ctx, &cr, &ns, uid, &children).await?;
                 }
                 for c in &children {
                     if !observed.contains_key(&c.id) {
@@ -135,6 +184,31 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
         },
     };
 
+    if let Sync::Failed { reason, message } = &sync {
+        let category = match *reason {
+            "RenderFailed" => "render",
+            "ClusterScopedChild" => "cluster_scoped",
+            _ => "apply_refused",
+        };
+        ctx.metrics.error(&rule.name, category);
+        tracing::warn!(rule = %rule.name, object = %key_of(&cr), reason, error = %message, "custom resource not synced; waiting for a change");
+        let was = cr_json
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().find(|c| c["type"] == "Synced"))
+            .map(|c| (c["reason"].clone(), c["message"].clone()));
+        if was != Some((json!(reason), json!(message))) {
+            event(
+                &ctx,
+                &cr,
+                EventType::Warning,
+                reason,
+                "Reconcile",
+                message.clone(),
+            )
+            .await;
+        }
+    }
     write_status(&ctx, &cr, &cr_json, &observed, &sync).await?;
     if let Ok(mut f) = ctx.failures.lock() {
         f.remove(&key_of(&cr));
@@ -161,6 +235,7 @@ fn scope_problem(ctx: &Ctx, children: &[Rendered]) -> Option<String> {
 
 async fn apply_children(
     ctx: &Ctx,
+    cr: &DynamicObject,
     ns: &str,
     children: &[Rendered],
     observed: &mut HashMap<String, Value>,
@@ -184,8 +259,22 @@ async fn apply_children(
             Api::namespaced_with(ctx.client.clone(), ns, &kind.resolved.resource);
         match apply::apply(&api, c).await {
             Ok(obj) => {
-                let action = if live.is_some() { "updated" } else { "created" };
+                let (action, reason) = if live.is_some() {
+                    ("update", "Updated")
+                } else {
+                    ("create", "Created")
+                };
+                ctx.metrics.write(&ctx.rule.name, action);
                 tracing::info!(rule = %ctx.rule.name, child = %c.id, kind = %c.kind, name = %c.name, namespace = %ns, action, "applied child");
+                event(
+                    ctx,
+                    cr,
+                    EventType::Normal,
+                    reason,
+                    "Apply",
+                    format!("{} {} (child `{}`)", c.kind, c.name, c.id),
+                )
+                .await;
                 ctx.memo.put(
                     key,
                     Written::now(c.hash.clone(), obj.resource_version().unwrap_or_default()),
@@ -219,6 +308,7 @@ fn controller_uid(o: &DynamicObject) -> Option<&str> {
 
 async fn prune_children(
     ctx: &Ctx,
+    cr: &DynamicObject,
     ns: &str,
     uid: &str,
     children: &[Rendered],
@@ -247,7 +337,20 @@ async fn prune_children(
                 .await
                 .map_err(ReconcileError::Apply)?;
             let child = o.labels().get(CHILD_LABEL).cloned().unwrap_or_default();
+            ctx.metrics.write(&ctx.rule.name, "prune");
             tracing::info!(rule = %ctx.rule.name, child = %child, kind = %ar.kind, name = %name, namespace = %ns, "pruned child");
+            event(
+                ctx,
+                cr,
+                EventType::Normal,
+                "Pruned",
+                "Prune",
+                format!(
+                    "{} {} (child `{child}` is no longer rendered)",
+                    ar.kind, name
+                ),
+            )
+            .await;
         }
     }
     Ok(())
@@ -381,6 +484,7 @@ async fn write_status(
         )
         .await
         .map_err(ReconcileError::Status)?;
+    ctx.metrics.write(&ctx.rule.name, "status");
     tracing::debug!(rule = %ctx.rule.name, object = %key.name, namespace = %key.namespace, "status written");
     ctx.status_memo.put(
         key,

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 /// How a rule runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Options {
     /// Reconciles of this rule running at once.
     pub concurrency: u16,
@@ -30,6 +30,9 @@ pub struct Options {
     pub discovery_retry: Duration,
     /// Only this namespace, or all.
     pub namespace: Option<String>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Who the Events ruleop publishes come from.
+    pub reporter: kube::runtime::events::Reporter,
 }
 
 /// An API for `ar` in the configured scope.
@@ -55,12 +58,19 @@ pub struct RuleTask {
 
 impl RuleTask {
     /// Starts `rule` in its own task.
-    pub fn spawn(client: Client, rule: Arc<CompiledRule>, opts: Options) -> RuleTask {
+    /// `retired` are (apiVersion, kind) pairs an earlier version of the rule made and
+    /// this one does not: their children are pruned first.
+    pub fn spawn(
+        client: Client,
+        rule: Arc<CompiledRule>,
+        opts: Options,
+        retired: Vec<(String, String)>,
+    ) -> RuleTask {
         let (stop, stop_rx) = watch::channel(false);
         let synced = Arc::new(AtomicBool::new(false));
         let span = tracing::info_span!("rule", rule = %rule.name);
-        let handle =
-            tokio::spawn(run(client, rule.clone(), opts, stop_rx, synced.clone()).instrument(span));
+        let task = run(client, rule.clone(), opts, stop_rx, synced.clone(), retired);
+        let handle = tokio::spawn(task.instrument(span));
         RuleTask {
             rule,
             synced,
@@ -112,13 +122,58 @@ where
     }
 }
 
+/// Deletes this rule's children of kinds it no longer makes (every one is stale).
+async fn prune_retired(
+    client: &Client,
+    rule: &CompiledRule,
+    opts: &Options,
+    retired: &[(String, String)],
+) {
+    let selector = format!("{RULE_LABEL}={}", rule.name);
+    for (api_version, kind) in retired {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let Ok(Some(r)) = discovery::child(client, group, version, kind).await else {
+            continue;
+        };
+        let api = scoped(client, &r.resource, opts.namespace.as_deref());
+        match api
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+        {
+            Ok(list) => {
+                for o in list.items {
+                    let ns_api: Api<DynamicObject> = Api::namespaced_with(
+                        client.clone(),
+                        &o.namespace().unwrap_or_default(),
+                        &r.resource,
+                    );
+                    match crate::apply::prune(&ns_api, &r.resource, &o.name_any(), o.uid()).await {
+                        Ok(()) => {
+                            opts.metrics.write(&rule.name, "prune");
+                            tracing::info!(kind = %kind, name = %o.name_any(), "pruned child of a kind the rule no longer makes");
+                        }
+                        Err(e) => {
+                            tracing::warn!(kind = %kind, name = %o.name_any(), error = %e, "could not prune child of a retired kind")
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(kind = %kind, error = %e, "could not list children of a retired kind")
+            }
+        }
+    }
+}
+
 async fn run(
     client: Client,
     rule: Arc<CompiledRule>,
     opts: Options,
     stop: watch::Receiver<bool>,
     synced: Arc<AtomicBool>,
+    retired: Vec<(String, String)>,
 ) {
+    prune_retired(&client, &rule, &opts, &retired).await;
     let w = &rule.watch;
     let what = format!("{}/{} {}", w.group, w.version, w.resource);
     let Some(parent) = wait_for(&what, opts.discovery_retry, &stop, || {
@@ -220,6 +275,8 @@ async fn run(
         status_memo: ctx_status_memo,
         failures: Default::default(),
         resync: opts.resync,
+        metrics: opts.metrics.clone(),
+        recorder: kube::runtime::events::Recorder::new(client.clone(), opts.reporter.clone()),
     });
 
     let flag = synced.clone();

@@ -1,6 +1,7 @@
 //! Step 1 of the pipeline: load rules files and check them. Everything here is pure and
 //! works without a cluster.
 
+pub mod book;
 pub mod compile;
 pub mod error;
 pub mod lines;

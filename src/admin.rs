@@ -1,0 +1,150 @@
+//! The admin server: `/metrics` (Prometheus text), `/livez`, `/readyz` (ready once the
+//! rules are loaded and, on the leader, every running rule's watches have synced) and
+//! `/status` (JSON: leadership, rules, and the errors of the last rules load).
+
+use crate::metrics::Metrics;
+use crate::rules::book::Problem;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use serde::Serialize;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A running rule as the admin server reports it.
+#[derive(Debug, Clone)]
+pub struct RuleHealth {
+    pub name: String,
+    pub source: String,
+    pub fingerprint: String,
+    pub synced: Arc<AtomicBool>,
+}
+
+/// What the admin endpoints report; written by the supervisor.
+#[derive(Default)]
+pub struct Health {
+    pub loaded: AtomicBool,
+    pub leader: AtomicBool,
+    pub rules: Mutex<Vec<RuleHealth>>,
+    pub problems: Mutex<Vec<Problem>>,
+}
+
+#[derive(Serialize)]
+struct StatusDoc {
+    ready: bool,
+    leader: bool,
+    rules: Vec<RuleDoc>,
+    errors: Vec<Problem>,
+}
+
+#[derive(Serialize)]
+struct RuleDoc {
+    name: String,
+    source: String,
+    fingerprint: String,
+    synced: bool,
+}
+
+impl Health {
+    fn doc(&self) -> StatusDoc {
+        let leader = self.leader.load(Ordering::SeqCst);
+        let rules: Vec<RuleDoc> = self
+            .rules
+            .lock()
+            .map(|r| {
+                r.iter()
+                    .map(|h| RuleDoc {
+                        name: h.name.clone(),
+                        source: h.source.clone(),
+                        fingerprint: h.fingerprint.clone(),
+                        synced: h.synced.load(Ordering::SeqCst),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let loaded = self.loaded.load(Ordering::SeqCst);
+        let ready = loaded && (!leader || rules.iter().all(|r| r.synced));
+        StatusDoc {
+            ready,
+            leader,
+            rules,
+            errors: self.problems.lock().map(|p| p.clone()).unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+}
+
+async fn metrics_text(State(s): State<AppState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.render(),
+    )
+}
+
+async fn livez() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
+    let doc = s.health.doc();
+    let mut body = String::new();
+    for r in &doc.rules {
+        body.push_str(&format!(
+            "rule {}: {}\n",
+            r.name,
+            if r.synced {
+                "synced"
+            } else {
+                "not synced (watches listing, or kind not served yet)"
+            }
+        ));
+    }
+    for e in &doc.errors {
+        body.push_str(&format!("rules error: {}\n", e.message));
+    }
+    if doc.ready {
+        (StatusCode::OK, format!("ok\n{body}"))
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready\n{body}"),
+        )
+    }
+}
+
+async fn status(State(s): State<AppState>) -> impl IntoResponse {
+    axum::Json(s.health.doc())
+}
+
+/// Binds the admin server; serves it until the process ends. Returns the bound address.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+) -> std::io::Result<SocketAddr> {
+    let app = Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .route("/status", get(status))
+        .with_state(AppState { metrics, health });
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "admin server stopped");
+        }
+    });
+    Ok(bound)
+}

@@ -1,0 +1,117 @@
+//! Keeps the running controllers equal to the rules in force: starts new rules, restarts
+//! changed ones (their resources are reconciled again; children of kinds the rule no
+//! longer makes are pruned), stops deleted ones (their children stay). Runs nothing while
+//! this process is not the leader.
+
+use super::runner::{Options, RuleTask};
+use crate::admin::{Health, RuleHealth};
+use crate::metrics::Metrics;
+use crate::rules::CompiledRule;
+use kube::Client;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub struct Supervisor {
+    client: Client,
+    opts: Options,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    running: BTreeMap<String, RuleTask>,
+    desired: Vec<Arc<CompiledRule>>,
+}
+
+/// The (apiVersion, kind) pairs a rule makes.
+fn kinds(rule: &CompiledRule) -> Vec<(String, String)> {
+    let mut k: Vec<(String, String)> = rule
+        .children
+        .iter()
+        .map(|c| (c.api_version.clone(), c.kind.clone()))
+        .collect();
+    k.sort();
+    k.dedup();
+    k
+}
+
+impl Supervisor {
+    pub fn new(
+        client: Client,
+        opts: Options,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> Supervisor {
+        Supervisor {
+            client,
+            opts,
+            metrics,
+            health,
+            running: BTreeMap::new(),
+            desired: Vec::new(),
+        }
+    }
+
+    pub fn set_desired(&mut self, rules: Vec<Arc<CompiledRule>>) {
+        self.desired = rules;
+    }
+
+    /// Brings the running controllers to the desired rules.
+    pub async fn converge(&mut self) {
+        let names: Vec<String> = self.running.keys().cloned().collect();
+        for name in names {
+            if !self.desired.iter().any(|r| r.name == name) {
+                if let Some(task) = self.running.remove(&name) {
+                    tracing::info!(rule = %name, "rule removed: stopping its controller; its children stay");
+                    task.stop().await;
+                }
+            }
+        }
+        for rule in self.desired.clone() {
+            let retired = match self.running.get(&rule.name) {
+                Some(t) if t.rule.fingerprint == rule.fingerprint => continue,
+                Some(t) => {
+                    let now = kinds(&rule);
+                    let gone: Vec<(String, String)> = kinds(&t.rule)
+                        .into_iter()
+                        .filter(|k| !now.contains(k))
+                        .collect();
+                    tracing::info!(rule = %rule.name, from = %t.rule.fingerprint, to = %rule.fingerprint, "rule changed: restarting its controller");
+                    if let Some(old) = self.running.remove(&rule.name) {
+                        old.stop().await;
+                    }
+                    gone
+                }
+                None => Vec::new(),
+            };
+            let task = RuleTask::spawn(
+                self.client.clone(),
+                rule.clone(),
+                self.opts.clone(),
+                retired,
+            );
+            self.running.insert(rule.name.clone(), task);
+        }
+        self.publish();
+    }
+
+    /// Stops every controller, letting in-flight reconciles finish.
+    pub async fn stop_all(&mut self) {
+        let tasks: Vec<RuleTask> = std::mem::take(&mut self.running).into_values().collect();
+        futures::future::join_all(tasks.into_iter().map(RuleTask::stop)).await;
+        self.publish();
+    }
+
+    fn publish(&self) {
+        self.metrics.rules_running.set(self.running.len() as i64);
+        if let Ok(mut h) = self.health.rules.lock() {
+            *h = self
+                .running
+                .values()
+                .map(|t| RuleHealth {
+                    name: t.rule.name.clone(),
+                    source: t.rule.at.to_string(),
+                    fingerprint: t.rule.fingerprint.clone(),
+                    synced: t.synced.clone(),
+                })
+                .collect();
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! Prometheus metrics of the operator. Labels are fixed categories (rule names, error
+//! categories, write actions), never error text.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::time::Instant;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    pub rule: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub rule: String,
+    /// One of: render, apply_refused, cluster_scoped, apply_transient, status_write.
+    pub category: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    pub rule: String,
+    /// One of: create, update, prune, status.
+    pub action: &'static str,
+}
+
+/// Every metric ruleop exports.
+pub struct Metrics {
+    pub registry: Registry,
+    pub reconciles: Family<RuleLabels, Counter>,
+    pub reconcile_errors: Family<ErrorLabels, Counter>,
+    pub reconcile_duration: Family<RuleLabels, Histogram>,
+    pub writes: Family<WriteLabels, Counter>,
+    pub rule_load_failures: Counter,
+    pub rule_load_errors: Gauge,
+    pub rules_running: Gauge,
+    pub leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("ruleop");
+        let reconciles = Family::<RuleLabels, Counter>::default();
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
+        let reconcile_duration = Family::<RuleLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 14))
+        });
+        let writes = Family::<WriteLabels, Counter>::default();
+        let rule_load_failures = Counter::default();
+        let rule_load_errors = Gauge::default();
+        let rules_running = Gauge::default();
+        let leader = Gauge::default();
+        registry.register("reconciles", "Reconciles run, per rule", reconciles.clone());
+        registry.register(
+            "reconcile_errors",
+            "Reconcile errors, per rule and category",
+            reconcile_errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Reconcile duration, per rule",
+            reconcile_duration.clone(),
+        );
+        registry.register(
+            "writes",
+            "Writes to the API server, per rule and action",
+            writes.clone(),
+        );
+        registry.register(
+            "rule_load_failures",
+            "Rules-file loads that failed (each error counted once per load)",
+            rule_load_failures.clone(),
+        );
+        registry.register(
+            "rule_load_errors",
+            "Errors in the rules files as last loaded",
+            rule_load_errors.clone(),
+        );
+        registry.register(
+            "rules_running",
+            "Rules whose controllers are running",
+            rules_running.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this process holds the leader Lease (or runs without election)",
+            leader.clone(),
+        );
+        Metrics {
+            registry,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            writes,
+            rule_load_failures,
+            rule_load_errors,
+            rules_running,
+            leader,
+        }
+    }
+}
+
+impl Metrics {
+    /// The metrics in Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    pub fn error(&self, rule: &str, category: &'static str) {
+        self.reconcile_errors
+            .get_or_create(&ErrorLabels {
+                rule: rule.to_string(),
+                category,
+            })
+            .inc();
+    }
+
+    pub fn write(&self, rule: &str, action: &'static str) {
+        self.writes
+            .get_or_create(&WriteLabels {
+                rule: rule.to_string(),
+                action,
+            })
+            .inc();
+    }
+
+    /// Counts a reconcile now and its duration when the guard drops.
+    pub fn reconcile(&self, rule: &str) -> ReconcileTimer<'_> {
+        let labels = RuleLabels {
+            rule: rule.to_string(),
+        };
+        self.reconciles.get_or_create(&labels).inc();
+        ReconcileTimer {
+            metrics: self,
+            labels,
+            start: Instant::now(),
+        }
+    }
+}
+
+/// Observes a reconcile's duration when dropped.
+pub struct ReconcileTimer<'a> {
+    metrics: &'a Metrics,
+    labels: RuleLabels,
+    start: Instant,
+}
+
+impl Drop for ReconcileTimer<'_> {
+    fn drop(&mut self) {
+        self.metrics
+            .reconcile_duration
+            .get_or_create(&self.labels)
+            .observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_render_in_prometheus_text_format() {
+        let m = Metrics::default();
+        drop(m.reconcile("website"));
+        m.error("website", "render");
+        m.write("website", "create");
+        let text = m.render();
+        assert!(
+            text.contains("ruleop_reconciles_total{rule=\"website\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ruleop_reconcile_errors_total{rule=\"website\",category=\"render\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ruleop_writes_total{rule=\"website\",action=\"create\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ruleop_reconcile_duration_seconds_count{rule=\"website\"} 1"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

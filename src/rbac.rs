@@ -1,0 +1,176 @@
+//! The least RBAC a set of rules needs, derived from the rules alone: read and watch the
+//! watched kinds and write their status; full control of each child kind; Events on the
+//! custom resources; the leader Lease in the operator's own namespace. Nothing else.
+
+use crate::rules::CompiledRule;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Where the operator runs and under which ServiceAccount.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub name: String,
+    pub service_account: String,
+    pub operator_namespace: String,
+    /// Roles in this namespace instead of a ClusterRole.
+    pub namespace: Option<String>,
+}
+
+const READ: &[&str] = &["get", "list", "watch"];
+const CHILD: &[&str] = &[
+    "get", "list", "watch", "create", "update", "patch", "delete",
+];
+const STATUS: &[&str] = &["get", "patch", "update"];
+const EVENTS: &[&str] = &["create", "patch"];
+const LEASES: &[&str] = &["get", "list", "watch", "create", "update", "patch"];
+
+/// The resource name of a kind, as the API server guesses it when it has nothing better
+/// (lowercase plural). Discovery gives the truth at run time; this is for generating RBAC
+/// with no cluster, and agrees with it for every built-in kind.
+pub fn plural_of(kind: &str) -> String {
+    let k = kind.to_lowercase();
+    if k.ends_with("endpoints") {
+        return k;
+    }
+    if let Some(stem) = k.strip_suffix('y')
+        && !stem.ends_with(['a', 'e', 'i', 'o', 'u'])
+    {
+        return format!("{stem}ies");
+    }
+    if k.ends_with('s')
+        || k.ends_with('x')
+        || k.ends_with('z')
+        || k.ends_with("ch")
+        || k.ends_with("sh")
+    {
+        return format!("{k}es");
+    }
+    format!("{k}s")
+}
+
+/// (group, resource) → verbs.
+fn permissions(rules: &[Arc<CompiledRule>]) -> BTreeMap<(String, String), BTreeSet<&'static str>> {
+    let mut p: BTreeMap<(String, String), BTreeSet<&'static str>> = BTreeMap::new();
+    let mut add = |g: &str, r: String, verbs: &[&'static str]| {
+        p.entry((g.to_string(), r))
+            .or_default()
+            .extend(verbs.iter().copied());
+    };
+    for rule in rules {
+        add(&rule.watch.group, rule.watch.resource.clone(), READ);
+        add(
+            &rule.watch.group,
+            format!("{}/status", rule.watch.resource),
+            STATUS,
+        );
+        for c in &rule.children {
+            add(c.group(), plural_of(&c.kind), CHILD);
+        }
+    }
+    add("events.k8s.io", "events".into(), EVENTS);
+    p
+}
+
+/// Policy rules, one per (group, verbs), resources merged and sorted.
+fn policy_rules(perms: &BTreeMap<(String, String), BTreeSet<&'static str>>) -> Vec<Value> {
+    let mut grouped: BTreeMap<(String, Vec<&str>), Vec<String>> = BTreeMap::new();
+    for ((g, r), verbs) in perms {
+        grouped
+            .entry((g.clone(), verbs.iter().copied().collect()))
+            .or_default()
+            .push(r.clone());
+    }
+    grouped
+        .into_iter()
+        .map(|((g, verbs), resources)| json!({"apiGroups": [g], "resources": resources, "verbs": verbs}))
+        .collect()
+}
+
+/// The RBAC objects, in apply order.
+pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
+    let subject = json!([{"kind": "ServiceAccount", "name": t.service_account, "namespace": t.operator_namespace}]);
+    let rules_json = policy_rules(&permissions(rules));
+    let mut out = Vec::new();
+    match &t.namespace {
+        None => {
+            out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": t.name}, "rules": rules_json}));
+            out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": t.name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": t.name}, "subjects": subject}));
+        }
+        Some(ns) => {
+            out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": t.name, "namespace": ns}, "rules": rules_json}));
+            out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": t.name, "namespace": ns},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": t.name}, "subjects": subject}));
+        }
+    }
+    let lease = format!("{}-leader-election", t.name);
+    out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": lease, "namespace": t.operator_namespace},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": LEASES}]}));
+    out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": lease, "namespace": t.operator_namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": lease}, "subjects": subject}));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plurals_match_the_api_servers_for_built_in_kinds() {
+        for (k, p) in [
+            ("Deployment", "deployments"),
+            ("Service", "services"),
+            ("ConfigMap", "configmaps"),
+            ("Ingress", "ingresses"),
+            ("NetworkPolicy", "networkpolicies"),
+            ("StatefulSet", "statefulsets"),
+            ("Endpoints", "endpoints"),
+            ("PodDisruptionBudget", "poddisruptionbudgets"),
+            ("Gateway", "gateways"),
+        ] {
+            assert_eq!(plural_of(k), p);
+        }
+    }
+
+    #[test]
+    fn the_website_rule_needs_exactly_its_kinds() {
+        let (rules, errors) = crate::rules::load_str(
+            include_str!("../rules/website.yaml"),
+            std::path::Path::new("w.yaml"),
+        );
+        assert!(errors.is_empty());
+        let t = Target {
+            name: "ruleop".into(),
+            service_account: "ruleop".into(),
+            operator_namespace: "ruleop-system".into(),
+            namespace: None,
+        };
+        let m = manifests(&rules, &t);
+        let role = &m[0]["rules"];
+        let has = |g: &str, r: &str, v: &str| {
+            role.as_array().unwrap().iter().any(|x| {
+                x["apiGroups"][0] == g
+                    && x["resources"].as_array().unwrap().iter().any(|y| y == r)
+                    && x["verbs"].as_array().unwrap().iter().any(|y| y == v)
+            })
+        };
+        assert!(has("example.com", "websites", "watch"));
+        assert!(
+            !has("example.com", "websites", "update"),
+            "the custom resource itself is read-only"
+        );
+        assert!(has("example.com", "websites/status", "patch"));
+        assert!(has("apps", "deployments", "delete"));
+        assert!(has("", "services", "create"));
+        assert!(
+            !has("", "configmaps", "get"),
+            "nothing the rule does not make"
+        );
+        assert!(has("events.k8s.io", "events", "create"));
+        assert_eq!(
+            m[2]["kind"], "Role",
+            "the Lease is only in the operator's namespace"
+        );
+    }
+}

@@ -1,0 +1,155 @@
+//! The rule book: the rules loaded from the configured paths, reloaded on demand, with
+//! a last-good fallback. A file that fails to load keeps its previous rules (those it
+//! no longer yields are kept at their last good version) and reports its errors; other
+//! files are untouched. A file that is gone takes its rules with it.
+
+use super::compile::CompiledRule;
+use super::load::{collect_files, dedupe, load_file};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// One problem from the last load, for logs, metrics and the status endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    pub file: String,
+    pub message: String,
+}
+
+/// The rules in force and the problems of the last load.
+#[derive(Debug, Default)]
+pub struct RuleBook {
+    paths: Vec<PathBuf>,
+    files: BTreeMap<PathBuf, Vec<Arc<CompiledRule>>>,
+    pub problems: Vec<Problem>,
+}
+
+impl RuleBook {
+    pub fn new(paths: Vec<PathBuf>) -> RuleBook {
+        RuleBook {
+            paths,
+            ..Default::default()
+        }
+    }
+
+    pub fn paths(&self) -> &[PathBuf] {
+        &self.paths
+    }
+
+    /// Reads every file again. Returns the problems found by this load.
+    pub fn reload(&mut self) -> &[Problem] {
+        self.problems.clear();
+        let files = match collect_files(&self.paths) {
+            Ok(f) => f,
+            Err(e) => {
+                // The paths cannot be listed (a swap in progress?): keep everything.
+                self.problems.push(Problem {
+                    file: e.file().display().to_string(),
+                    message: e.to_string(),
+                });
+                return &self.problems;
+            }
+        };
+        let mut next = BTreeMap::new();
+        for f in files {
+            let load = load_file(&f);
+            let mut rules = load.rules;
+            if !load.errors.is_empty() {
+                for e in &load.errors {
+                    self.problems.push(Problem {
+                        file: f.display().to_string(),
+                        message: e.to_string(),
+                    });
+                }
+                // Keep the last good version of every rule this file no longer yields.
+                if let Some(old) = self.files.get(&f) {
+                    for r in old {
+                        if !rules.iter().any(|n| n.name == r.name) {
+                            rules.push(r.clone());
+                        }
+                    }
+                }
+            }
+            next.insert(f, rules);
+        }
+        self.files = next;
+        &self.problems
+    }
+
+    /// The rules in force, one per name (the first file in path order wins).
+    pub fn rules(&mut self) -> Vec<Arc<CompiledRule>> {
+        let all: Vec<Arc<CompiledRule>> = self.files.values().flatten().cloned().collect();
+        let (kept, dups) = dedupe(all);
+        for d in dups {
+            let p = Problem {
+                file: d.file().display().to_string(),
+                message: d.to_string(),
+            };
+            if !self.problems.contains(&p) {
+                self.problems.push(p);
+            }
+        }
+        kept
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "name: web\nwatch: {group: x.io, version: v1, resource: webs}\nchildren:\n  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}\"}}\n";
+    const OTHER: &str = "name: other\nwatch: {group: x.io, version: v1, resource: others}\n";
+
+    #[test]
+    fn a_broken_edit_keeps_the_last_good_rule_and_reports_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("web.yaml");
+        std::fs::write(&f, GOOD).unwrap();
+        std::fs::write(dir.path().join("other.yaml"), OTHER).unwrap();
+        let mut book = RuleBook::new(vec![dir.path().to_path_buf()]);
+        assert!(book.reload().is_empty());
+        let before = book.rules();
+        assert_eq!(before.len(), 2);
+        let fp = before
+            .iter()
+            .find(|r| r.name == "web")
+            .unwrap()
+            .fingerprint
+            .clone();
+
+        std::fs::write(&f, GOOD.replace("{{ name }}", "{{ name ")).unwrap();
+        let problems = book.reload().to_vec();
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].message.contains("web.yaml:5"), "{problems:?}");
+        let during = book.rules();
+        assert_eq!(during.len(), 2, "both rules still in force");
+        assert_eq!(
+            during.iter().find(|r| r.name == "web").unwrap().fingerprint,
+            fp,
+            "the last good version"
+        );
+
+        std::fs::write(&f, GOOD.replace("{{ name }}", "{{ name }}-v2")).unwrap();
+        assert!(book.reload().is_empty());
+        let after = book.rules();
+        assert_ne!(
+            after.iter().find(|r| r.name == "web").unwrap().fingerprint,
+            fp,
+            "the fix is picked up"
+        );
+    }
+
+    #[test]
+    fn a_deleted_file_takes_its_rules_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("web.yaml"), GOOD).unwrap();
+        std::fs::write(dir.path().join("other.yaml"), OTHER).unwrap();
+        let mut book = RuleBook::new(vec![dir.path().to_path_buf()]);
+        book.reload();
+        assert_eq!(book.rules().len(), 2);
+        std::fs::remove_file(dir.path().join("other.yaml")).unwrap();
+        book.reload();
+        let names: Vec<String> = book.rules().iter().map(|r| r.name.clone()).collect();
+        assert_eq!(names, vec!["web".to_string()]);
+    }
+}
