@@ -57,11 +57,11 @@ impl Supervisor {
     pub async fn converge(&mut self) {
         let names: Vec<String> = self.running.keys().cloned().collect();
         for name in names {
-            if !self.desired.iter().any(|r| r.name == name) {
-                if let Some(task) = self.running.remove(&name) {
-                    tracing::info!(rule = %name, "rule removed: stopping its controller; its children stay");
-                    task.stop().await;
-                }
+            if !self.desired.iter().any(|r| r.name == name)
+                && let Some(task) = self.running.remove(&name)
+            {
+                tracing::info!(rule = %name, "rule removed: stopping its controller; its children stay");
+                task.stop().await;
             }
         }
         for rule in self.desired.clone() {
