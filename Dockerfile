@@ -1,0 +1,12 @@
+# Multi-stage build of the operator: a static-enough binary on a distroless, non-root base.
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+RUN cargo build --release --locked --bin ruleop
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /src/target/release/ruleop /usr/local/bin/ruleop
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/ruleop"]
+CMD ["run", "--rules=/etc/ruleop/rules", "--admin-addr=0.0.0.0:8080"]

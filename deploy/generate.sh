@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Regenerates deploy/rbac.yaml (`ruleop rbac`) and deploy/rules-configmap.yaml from rules/.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+cargo run --quiet -- rbac --rules rules/ >deploy/rbac.yaml
+{
+  echo "# Generated from rules/ by deploy/generate.sh. Do not edit: regenerate."
+  kubectl create configmap ruleop-rules --namespace ruleop-system --from-file=rules/ --dry-run=client -o yaml
+} >deploy/rules-configmap.yaml
+echo "regenerated deploy/rbac.yaml and deploy/rules-configmap.yaml"
