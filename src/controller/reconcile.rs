@@ -9,6 +9,7 @@ use crate::metrics::Metrics;
 use crate::render::{self, CHILD_LABEL, FIELD_MANAGER, Rendered};
 use crate::rules::CompiledRule;
 use crate::status::{self, Condition, merge_conditions};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -91,6 +92,8 @@ impl ReconcileError {
 }
 
 /// Publishes an Event on the custom resource; a failure to publish is only logged.
+/// `child`, when given, is the object the event is about (it also keeps events about
+/// different children apart in the recorder's series).
 async fn event(
     ctx: &Ctx,
     cr: &DynamicObject,
@@ -98,6 +101,7 @@ async fn event(
     reason: &str,
     action: &str,
     note: String,
+    child: Option<ObjectReference>,
 ) {
     let reference = cr.object_ref(&ctx.parent.resource);
     let ev = Event {
@@ -105,7 +109,7 @@ async fn event(
         reason: reason.into(),
         note: Some(truncate(note, 1000)),
         action: action.into(),
-        secondary: None,
+        secondary: child,
     };
     if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
         tracing::debug!(error = %e, reason, "could not publish event");
@@ -205,6 +209,7 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
                 reason,
                 "Reconcile",
                 message.clone(),
+                None,
             )
             .await;
         }
@@ -273,6 +278,7 @@ async fn apply_children(
                     reason,
                     "Apply",
                     format!("{} {} (child `{}`)", c.kind, c.name, c.id),
+                    Some(obj.object_ref(&kind.resolved.resource)),
                 )
                 .await;
                 ctx.memo.put(
@@ -349,6 +355,7 @@ async fn prune_children(
                     "{} {} (child `{child}` is no longer rendered)",
                     ar.kind, name
                 ),
+                Some(o.object_ref(ar)),
             )
             .await;
         }

@@ -86,6 +86,37 @@ impl RuleTask {
     }
 }
 
+/// Sets `synced` once every one of a rule's watches has completed its first list. (The
+/// stores' own `wait_until_ready` wakes only one waiter, and the controller is one.)
+struct SyncTracker {
+    listed: Vec<AtomicBool>,
+    synced: Arc<AtomicBool>,
+}
+
+impl SyncTracker {
+    fn new(watches: usize, synced: Arc<AtomicBool>) -> SyncTracker {
+        SyncTracker {
+            listed: (0..watches).map(|_| AtomicBool::new(false)).collect(),
+            synced,
+        }
+    }
+
+    fn observe(&self, i: usize, ev: &watcher::Event<DynamicObject>) {
+        if !matches!(ev, watcher::Event::InitDone) {
+            return;
+        }
+        if let Some(flag) = self.listed.get(i) {
+            flag.store(true, Ordering::SeqCst);
+        }
+        if !self.synced.load(Ordering::SeqCst)
+            && self.listed.iter().all(|f| f.load(Ordering::SeqCst))
+        {
+            self.synced.store(true, Ordering::SeqCst);
+            tracing::info!("watches synced");
+        }
+    }
+}
+
 async fn stopped(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
@@ -218,9 +249,13 @@ async fn run(
     let parent_writer = Writer::<DynamicObject>::new(parent.resource.clone());
     let parent_reader = parent_writer.as_reader();
     let parent_api = scoped(&client, &parent.resource, opts.namespace.as_deref());
+    // Readiness: every watch (the parent's and one per child kind) has listed once.
+    let sync = Arc::new(SyncTracker::new(1 + kinds.len(), synced.clone()));
+    let parent_sync = sync.clone();
     let parent_stream = watcher(parent_api, watcher::Config::default())
         .default_backoff()
         .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
+        .inspect_ok(move |ev| parent_sync.observe(0, ev))
         .reflect(parent_writer)
         .applied_objects();
 
@@ -234,11 +269,10 @@ async fn run(
 
     let selector = format!("{RULE_LABEL}={}", rule.name);
     let mut child_kinds = Vec::new();
-    let mut readers = vec![parent_reader];
-    for k in &kinds {
+    for (i, k) in kinds.iter().enumerate() {
         let writer = Writer::<DynamicObject>::new(k.resource.clone());
+        let child_sync = sync.clone();
         let store = writer.as_reader();
-        readers.push(store.clone());
         let api = scoped(&client, &k.resource, opts.namespace.as_deref());
         let forget = memo.clone();
         let (api_version, kind) = (k.resource.api_version.clone(), k.resource.kind.clone());
@@ -246,6 +280,7 @@ async fn run(
             .default_backoff()
             .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
             .inspect_ok(move |ev| {
+                child_sync.observe(i + 1, ev);
                 // A deleted child must be recreated, not taken for a lagging cache.
                 if let watcher::Event::Delete(o) = ev {
                     forget.forget(&ObjectKey {
@@ -279,16 +314,6 @@ async fn run(
         recorder: kube::runtime::events::Recorder::new(client.clone(), opts.reporter.clone()),
     });
 
-    let flag = synced.clone();
-    let ready = tokio::spawn(async move {
-        for r in readers {
-            if r.wait_until_ready().await.is_err() {
-                return;
-            }
-        }
-        flag.store(true, Ordering::SeqCst);
-        tracing::info!("watches synced");
-    });
     tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, "rule started");
     controller
         .run(reconcile, error_policy, ctx)
@@ -301,7 +326,6 @@ async fn run(
             }
         })
         .await;
-    ready.abort();
     synced.store(false, Ordering::SeqCst);
     tracing::info!("rule stopped");
 }

@@ -140,13 +140,27 @@ pub struct Operator {
 
 impl Operator {
     pub fn start(namespace: &str, rules: &[&str], extra: &[&str]) -> Operator {
+        Operator::start_inner(namespace, rules, extra, &[])
+    }
+
+    fn start_inner(
+        namespace: &str,
+        rules: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Operator {
         let root = env!("CARGO_MANIFEST_DIR");
         let dir = std::path::Path::new(root).join("target/test-logs");
         std::fs::create_dir_all(&dir).unwrap();
-        let log = dir.join(format!("{namespace}.log"));
+        static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let log = dir.join(format!(
+            "{namespace}-{}.log",
+            SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        ));
         let file = std::fs::File::create(&log).unwrap();
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"));
         cmd.arg("run").arg("--namespace").arg(namespace);
+        cmd.args(["--log-format", "json", "--admin-addr", "127.0.0.1:0"]);
         for r in rules {
             cmd.arg("--rules").arg(std::path::Path::new(root).join(r));
         }
@@ -155,6 +169,9 @@ impl Operator {
             cmd.env("KUBECONFIG", format!("{root}/target/cluster/kubeconfig"));
         }
         cmd.env("RUST_LOG", "info,ruleop=debug");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         let child = cmd
             .stdout(file.try_clone().unwrap())
             .stderr(file)
@@ -166,6 +183,89 @@ impl Operator {
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The log as JSON records.
+    pub fn records(&self) -> Vec<serde_json::Value> {
+        self.logs()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// The admin server's address, once it listens.
+    pub async fn admin_addr(&self) -> String {
+        eventually(
+            Duration::from_secs(30),
+            "admin server address in the log",
+            || async {
+                self.records()
+                    .iter()
+                    .find(|r| r["message"] == "admin server listening")
+                    .and_then(|r| r["addr"].as_str().map(str::to_string))
+            },
+        )
+        .await
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits up to `timeout` for the exit; returns whether it exited.
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if !self.running() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
+    /// Starts with a custom environment (e.g. another KUBECONFIG).
+    pub fn start_with_env(
+        namespace: &str,
+        rules: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Operator {
+        Operator::start_inner(namespace, rules, extra, env)
+    }
+}
+
+/// GET over plain HTTP/1.0 on loopback: (status code, body).
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("admin server reachable");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf);
+    let code = buf
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
 }
 
 impl Drop for Operator {

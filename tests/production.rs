@@ -1,0 +1,568 @@
+//! Running ruleop in production, on the real control plane: hot reload with last-good
+//! fallback, leader election, admin endpoints, Events, least-privilege RBAC, deploy/.
+
+mod common;
+
+use common::{
+    Operator, condition, eventually, get_json, http_get, install_crds, kubectl, kubectl_ok,
+    manifest_in,
+};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(60);
+
+async fn wait_json(
+    kind: &str,
+    ns: &str,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    eventually(T, &format!("{kind}/{name}: {what}"), || async {
+        get_json(kind, ns, name).filter(|v| pred(v))
+    })
+    .await
+}
+
+fn website(ns: &str, name: &str) -> String {
+    json!({"apiVersion": "example.com/v1", "kind": "WebSite", "metadata": {"name": name, "namespace": ns}, "spec": {"image": "nginx:1.27", "replicas": 1}}).to_string()
+}
+
+/// The shipped WebSite rule with one more label on the Deployment.
+fn website_rule_with_label(value: &str) -> String {
+    let rule = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/website.yaml"))
+        .unwrap();
+    let labelled = format!(
+        "labels:\n          app.kubernetes.io/name: website\n          app.kubernetes.io/instance: \"{{{{ name }}}}\"\n          app.kubernetes.io/managed-by: ruleop\n          tier: {value}"
+    );
+    let out = rule.replacen("labels: \"{{ labels }}\"", &labelled, 1);
+    assert_ne!(out, rule);
+    out
+}
+
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn rule_edits_apply_without_a_restart_and_a_broken_edit_keeps_the_last_good_rule() {
+    let client = common::client().await;
+    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    let ns = common::namespace(&client, "prod-reload").await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("website.yaml");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/rules/website.yaml"),
+        &file,
+    )
+    .unwrap();
+    let mut op = Operator::start(
+        &ns,
+        &[dir.path().to_str().unwrap()],
+        &["--rules-poll-seconds", "60"],
+    );
+    let pid = op.pid();
+    for name in ["a", "b"] {
+        kubectl_ok(&["apply", "-f", "-"], Some(&website(&ns, name)));
+    }
+    for name in ["a-web", "b-web"] {
+        wait_json("deployment", &ns, name, "exists", |_| true).await;
+    }
+
+    // Edit: a new label on the Deployment template reaches every WebSite's Deployment.
+    let edited = Instant::now();
+    std::fs::write(&file, website_rule_with_label("web")).unwrap();
+    for name in ["a-web", "b-web"] {
+        eventually(
+            Duration::from_secs(15),
+            &format!("label tier=web on {name} within 15s"),
+            || async {
+                get_json("deployment", &ns, name)
+                    .filter(|d| d["metadata"]["labels"]["tier"] == "web")
+                    .map(|_| ())
+            },
+        )
+        .await;
+    }
+    println!(
+        "hot reload: label on both Deployments {:.1}s after the edit",
+        edited.elapsed().as_secs_f64()
+    );
+    assert!(op.running() && op.pid() == pid, "no restart");
+
+    // A broken edit: the last good rule keeps working, the error is logged and counted.
+    let good = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        good.replace("\"{{ name }}-web\"", "\"{{ name -web\""),
+    )
+    .unwrap();
+    let addr = op.admin_addr().await;
+    // The edit breaks two templates (the Deployment's and the Service's names).
+    let metrics = eventually(Duration::from_secs(15), "rule_load_errors 2", || async {
+        let (_, m) = http_get(&addr, "/metrics");
+        (metric(&m, "ruleop_rule_load_errors") == Some(2.0)).then_some(m)
+    })
+    .await;
+    assert!(
+        metric(&metrics, "ruleop_rule_load_failures_total").unwrap_or(0.0) >= 1.0,
+        "{metrics}"
+    );
+    let logged = op.records().into_iter().find(|r| {
+        r["level"] == "ERROR"
+            && r["file"]
+                .as_str()
+                .is_some_and(|f| f.ends_with("website.yaml"))
+    });
+    let logged = logged.expect("the load error is logged");
+    assert!(
+        logged["error"]
+            .as_str()
+            .unwrap()
+            .contains("website.yaml:18: rule `website`, child `deployment`"),
+        "file and line in the log: {logged}"
+    );
+    let (_, status) = http_get(&addr, "/status");
+    let status: Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["errors"].as_array().unwrap().len(), 2, "{status}");
+    kubectl_ok(&["apply", "-f", "-"], Some(&website(&ns, "c")));
+    let c = wait_json(
+        "deployment",
+        &ns,
+        "c-web",
+        "made by the last good rule",
+        |_| true,
+    )
+    .await;
+    assert_eq!(c["metadata"]["labels"]["tier"], "web");
+
+    // The fix recovers.
+    std::fs::write(&file, website_rule_with_label("web2")).unwrap();
+    for name in ["a-web", "b-web", "c-web"] {
+        wait_json("deployment", &ns, name, "tier=web2", |d| {
+            d["metadata"]["labels"]["tier"] == "web2"
+        })
+        .await;
+    }
+    eventually(Duration::from_secs(15), "rule_load_errors 0", || async {
+        let (_, m) = http_get(&addr, "/metrics");
+        (metric(&m, "ruleop_rule_load_errors") == Some(0.0)).then_some(())
+    })
+    .await;
+    assert!(op.running() && op.pid() == pid, "still no restart");
+    common::delete_namespace(&ns);
+}
+
+#[tokio::test]
+async fn admin_endpoints_answer_and_events_show_in_describe() {
+    let client = common::client().await;
+    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    let ns = common::namespace(&client, "prod-admin").await;
+    let op = Operator::start(&ns, &["rules/website.yaml"], &[]);
+    let addr = op.admin_addr().await;
+    assert_eq!(http_get(&addr, "/livez").0, 200);
+    eventually(T, "/readyz 200", || async {
+        (http_get(&addr, "/readyz").0 == 200).then_some(())
+    })
+    .await;
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&manifest_in("examples/website.yaml", &ns)),
+    );
+    wait_json("website", &ns, "my-blog", "ready", |w| {
+        condition(w, "Ready").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    let (code, m) = http_get(&addr, "/metrics");
+    assert_eq!(code, 200);
+    assert!(
+        metric(&m, "ruleop_reconciles_total{rule=\"website\"}").unwrap_or(0.0) >= 1.0,
+        "{m}"
+    );
+    assert!(
+        m.contains("ruleop_reconcile_duration_seconds_bucket{le="),
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "ruleop_writes_total{rule=\"website\",action=\"create\"}"
+        ),
+        Some(2.0),
+        "{m}"
+    );
+    assert_eq!(metric(&m, "ruleop_leader"), Some(1.0));
+    let described = eventually(T, "Created events", || async {
+        let d = kubectl_ok(&["describe", "website", "my-blog", "-n", &ns], None);
+        (d.contains("Created")
+            && d.contains("Deployment my-blog-web")
+            && d.contains("Service my-blog-web"))
+        .then_some(d)
+    })
+    .await;
+    println!(
+        "{}",
+        described
+            .lines()
+            .skip_while(|l| !l.starts_with("Events:"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    common::delete_namespace(&ns);
+}
+
+fn lease_holder(ns: &str, name: &str) -> Option<String> {
+    get_json("lease", ns, name)
+        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+        .filter(|h| !h.is_empty())
+}
+
+#[tokio::test]
+async fn only_the_leader_writes_and_a_standby_takes_over_after_a_kill() {
+    let client = common::client().await;
+    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    let ns = common::namespace(&client, "prod-leader").await;
+    let args = |id: &'static str| {
+        vec![
+            "--leader-elect",
+            "--lease-namespace",
+            "",
+            "--lease-name",
+            "ruleop-test",
+            "--lease-duration",
+            "6",
+            "--identity",
+            id,
+        ]
+    };
+    let mut a_args = args("one");
+    let mut b_args = args("two");
+    a_args[2] = &ns;
+    b_args[2] = &ns;
+    let mut ops = vec![
+        Operator::start(&ns, &["rules/website.yaml"], &a_args),
+        Operator::start(&ns, &["rules/website.yaml"], &b_args),
+    ];
+    let holder = eventually(T, "a lease holder", || async {
+        lease_holder(&ns, "ruleop-test")
+    })
+    .await;
+    println!("leader: {holder}");
+    let (leader, standby) = if holder == "one" { (0, 1) } else { (1, 0) };
+    kubectl_ok(&["apply", "-f", "-"], Some(&website(&ns, "first")));
+    wait_json("deployment", &ns, "first-web", "exists", |_| true).await;
+    wait_json("website", &ns, "first", "status", |w| {
+        w["status"]["observedGeneration"] == 1
+    })
+    .await;
+    let wrote = |op: &Operator| op.records().iter().any(|r| r["message"] == "applied child");
+    assert!(wrote(&ops[leader]), "the leader wrote");
+    assert!(!wrote(&ops[standby]), "the standby wrote nothing");
+    let standby_addr = ops[standby].admin_addr().await;
+    assert_eq!(
+        metric(&http_get(&standby_addr, "/metrics").1, "ruleop_leader"),
+        Some(0.0)
+    );
+
+    ops[leader].kill();
+    let killed = Instant::now();
+    kubectl_ok(&["apply", "-f", "-"], Some(&website(&ns, "second")));
+    wait_json(
+        "deployment",
+        &ns,
+        "second-web",
+        "made by the new leader",
+        |_| true,
+    )
+    .await;
+    wait_json("website", &ns, "second", "status by the new leader", |w| {
+        w["status"]["observedGeneration"] == 1
+    })
+    .await;
+    let took = killed.elapsed();
+    println!(
+        "takeover after SIGKILL of the leader: {:.1}s (lease duration 6s)",
+        took.as_secs_f64()
+    );
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert_eq!(
+        lease_holder(&ns, "ruleop-test").as_deref(),
+        Some(if leader == 0 { "two" } else { "one" })
+    );
+    common::delete_namespace(&ns);
+}
+
+#[tokio::test]
+async fn sigterm_releases_the_lease_and_the_standby_takes_over_within_its_duration() {
+    let client = common::client().await;
+    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    let ns = common::namespace(&client, "prod-term").await;
+    let a = [
+        "--leader-elect",
+        "--lease-namespace",
+        &ns,
+        "--lease-name",
+        "ruleop-term",
+        "--lease-duration",
+        "10",
+        "--identity",
+        "one",
+    ];
+    let mut one = Operator::start(&ns, &["rules/website.yaml"], &a);
+    eventually(T, "one leads", || async {
+        (lease_holder(&ns, "ruleop-term").as_deref() == Some("one")).then_some(())
+    })
+    .await;
+    let b = [
+        "--leader-elect",
+        "--lease-namespace",
+        &ns,
+        "--lease-name",
+        "ruleop-term",
+        "--lease-duration",
+        "10",
+        "--identity",
+        "two",
+    ];
+    let two = Operator::start(&ns, &["rules/website.yaml"], &b);
+    two.admin_addr().await;
+    let sent = Instant::now();
+    assert!(
+        one.terminate(Duration::from_secs(20)),
+        "the leader exits on SIGTERM"
+    );
+    assert!(
+        one.logs().contains("leader lease released"),
+        "{}",
+        one.logs()
+    );
+    let holder = lease_holder(&ns, "ruleop-term");
+    assert!(
+        holder.is_none() || holder.as_deref() == Some("two"),
+        "the lease is released on exit, not left to expire: {holder:?}"
+    );
+    eventually(Duration::from_secs(20), "two leads", || async {
+        (lease_holder(&ns, "ruleop-term").as_deref() == Some("two")).then_some(())
+    })
+    .await;
+    let took = sent.elapsed();
+    println!(
+        "takeover after SIGTERM of the leader: {:.1}s (lease duration 10s)",
+        took.as_secs_f64()
+    );
+    assert!(
+        took <= Duration::from_secs(12),
+        "within the lease duration: {took:?}"
+    );
+    kubectl_ok(&["apply", "-f", "-"], Some(&website(&ns, "after")));
+    wait_json(
+        "deployment",
+        &ns,
+        "after-web",
+        "made by the new leader",
+        |_| true,
+    )
+    .await;
+    common::delete_namespace(&ns);
+}
+
+#[tokio::test]
+async fn graceful_shutdown_without_leader_election() {
+    let client = common::client().await;
+    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    let ns = common::namespace(&client, "prod-shutdown").await;
+    let mut op = Operator::start(&ns, &["rules/website.yaml"], &[]);
+    op.admin_addr().await;
+    assert!(op.terminate(Duration::from_secs(20)), "exits on SIGTERM");
+    let logs = op.logs();
+    assert!(
+        logs.contains("shutting down") && logs.contains("\"stopped\""),
+        "{logs}"
+    );
+    common::delete_namespace(&ns);
+}
+
+#[tokio::test]
+async fn the_generated_rbac_is_enough_and_a_kind_outside_it_is_refused_on_the_resource() {
+    let client = common::client().await;
+    install_crds(&[
+        "deploy/crds/websites.example.com.yaml",
+        "deploy/crds/myapps.example.com.yaml",
+    ]);
+    let ns = common::namespace(&client, "prod-rbac").await;
+    let op_ns = common::namespace(&client, "prod-rbac-op").await;
+    let name = format!("ruleop-{op_ns}");
+    let rbac = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"))
+        .args([
+            "rbac",
+            "--rules",
+            "rules/",
+            "--namespace",
+            &ns,
+            "--operator-namespace",
+            &op_ns,
+            "--name",
+            &name,
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(rbac.status.success());
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&String::from_utf8(rbac.stdout).unwrap()),
+    );
+    kubectl_ok(&["create", "serviceaccount", "ruleop", "-n", &op_ns], None);
+    let token = kubectl_ok(
+        &[
+            "create",
+            "token",
+            "ruleop",
+            "-n",
+            &op_ns,
+            "--duration",
+            "1h",
+        ],
+        None,
+    );
+    let admin: Value = serde_yaml::from_str(&kubectl_ok(
+        &["config", "view", "--raw", "-o", "yaml"],
+        None,
+    ))
+    .unwrap();
+    let cluster = &admin["clusters"][0]["cluster"];
+    let kubeconfig = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": cluster["server"], "certificate-authority-data": cluster["certificate-authority-data"]}}],
+        "users": [{"name": "sa", "user": {"token": token.trim()}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
+        "current-context": "sa",
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(&kc, serde_yaml::to_string(&kubeconfig).unwrap()).unwrap();
+    let kc = kc.to_str().unwrap().to_string();
+
+    // The shipped rules converge under exactly their generated RBAC.
+    let _op = Operator::start_with_env(&ns, &["rules/"], &[], &[("KUBECONFIG", &kc)]);
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&manifest_in("examples/website.yaml", &ns)),
+    );
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&manifest_in("examples/myapp.yaml", &ns)),
+    );
+    wait_json("website", &ns, "my-blog", "ready", |w| {
+        condition(w, "Ready").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    wait_json("myapp", &ns, "my-app", "ready", |m| {
+        condition(m, "Ready").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    drop(_op);
+
+    // A rule asking for a kind the RBAC does not cover: refused on the resource, no crash.
+    let extra = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/website.yaml"))
+        .unwrap()
+        + "\n---\n"
+        + &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/cache/config-only.yaml"
+        ))
+        .unwrap();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(&rules, extra).unwrap();
+    let mut op =
+        Operator::start_with_env(&ns, &[rules.to_str().unwrap()], &[], &[("KUBECONFIG", &kc)]);
+    let cr = json!({"apiVersion": "example.com/v1", "kind": "MyApp", "metadata": {"name": "needs-cm", "namespace": ns}, "spec": {"image": "nginx"}});
+    kubectl_ok(&["apply", "-f", "-"], Some(&cr.to_string()));
+    let m = wait_json("myapp", &ns, "needs-cm", "Synced False", |m| {
+        condition(m, "Synced").is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    let synced = condition(&m, "Synced").unwrap();
+    assert_eq!(synced["reason"], "ApplyRefused", "{m}");
+    assert!(
+        synced["message"].as_str().unwrap().contains("forbidden"),
+        "{m}"
+    );
+    assert!(op.running(), "no crash");
+    let (_, out, _) = kubectl(&["get", "configmap", "needs-cm-config", "-n", &ns], None);
+    assert!(out.is_empty(), "nothing created");
+    common::delete_namespace(&ns);
+    common::delete_namespace(&op_ns);
+}
+
+#[test]
+fn the_shipped_rbac_and_rules_configmap_are_generated_from_the_shipped_rules() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"))
+        .args(["rbac", "--rules", "rules/"])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let shipped = std::fs::read_to_string(format!("{root}/deploy/rbac.yaml")).unwrap();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        shipped,
+        "deploy/rbac.yaml is stale: run deploy/generate.sh"
+    );
+    let cm = kubectl_ok(
+        &[
+            "create",
+            "configmap",
+            "ruleop-rules",
+            "--namespace",
+            "ruleop-system",
+            "--from-file=rules/",
+            "--dry-run=client",
+            "-o",
+            "yaml",
+        ],
+        None,
+    );
+    let shipped_cm =
+        std::fs::read_to_string(format!("{root}/deploy/rules-configmap.yaml")).unwrap();
+    assert!(
+        shipped_cm.ends_with(&cm),
+        "deploy/rules-configmap.yaml is stale: run deploy/generate.sh"
+    );
+}
+
+#[tokio::test]
+async fn deploy_is_accepted_by_the_api_server() {
+    let _ = common::client().await;
+    let root = env!("CARGO_MANIFEST_DIR");
+    // A server-side dry run needs the namespace to exist; everything else is only checked.
+    kubectl_ok(
+        &["apply", "-f", &format!("{root}/deploy/namespace.yaml")],
+        None,
+    );
+    let out = kubectl_ok(
+        &[
+            "apply",
+            "-k",
+            &format!("{root}/deploy/"),
+            "--dry-run=server",
+            "--validate=strict",
+        ],
+        None,
+    );
+    for kind in [
+        "customresourcedefinition",
+        "serviceaccount",
+        "clusterrole",
+        "configmap",
+        "deployment",
+        "poddisruptionbudget",
+    ] {
+        assert!(out.contains(kind), "{kind} missing from:\n{out}");
+    }
+}
