@@ -243,7 +243,7 @@ async fn only_the_leader_writes_and_a_standby_takes_over_after_a_kill() {
     let mut b_args = args("two");
     a_args[2] = &ns;
     b_args[2] = &ns;
-    let mut ops = vec![
+    let mut ops = [
         Operator::start(&ns, &["rules/website.yaml"], &a_args),
         Operator::start(&ns, &["rules/website.yaml"], &b_args),
     ];
