@@ -376,3 +376,74 @@ async fn a_template_naming_another_namespace_gets_an_error_and_creates_nothing()
     common::delete_namespace(&ns);
     common::delete_namespace(&other);
 }
+
+#[tokio::test]
+async fn a_rule_whose_crd_is_not_installed_waits_and_starts_when_it_appears() {
+    let client = common::client().await;
+    let ns = common::namespace(&client, "e2e-late").await;
+    let _ = kubectl(
+        &["delete", "crd", "lates.late.ruleop.dev", "--wait=true"],
+        None,
+    );
+    let op = Operator::start(&ns, &["tests/fixtures/late/rules.yaml"], &[]);
+    eventually(T, "the rule says it waits for its kind", || async {
+        op.records()
+            .iter()
+            .any(|r| {
+                r["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("waiting for it"))
+            })
+            .then_some(())
+    })
+    .await;
+    install_crds(&["tests/fixtures/late/crd.yaml"]);
+    let cr = format!(
+        "apiVersion: late.ruleop.dev/v1\nkind: Late\nmetadata: {{name: l, namespace: {ns}}}\n"
+    );
+    kubectl_ok(&["apply", "-f", "-"], Some(&cr));
+    let cm = wait_json(
+        "configmap",
+        &ns,
+        "l-late",
+        "made once the CRD appeared",
+        |_| true,
+    )
+    .await;
+    assert_eq!(cm["data"]["hello"], "world");
+    common::delete_namespace(&ns);
+}
+
+#[tokio::test]
+async fn a_cluster_scoped_child_kind_is_refused_on_the_resource_and_nothing_is_created() {
+    let client = common::client().await;
+    install_crds(&[
+        "tests/fixtures/cache/crd.yaml",
+        "tests/fixtures/late/cluster-crd.yaml",
+    ]);
+    let ns = common::namespace(&client, "e2e-global").await;
+    let _op = Operator::start(&ns, &["tests/fixtures/late/cluster-child.yaml"], &[]);
+    let cr = format!(
+        "apiVersion: test.ruleop.dev/v1alpha1\nkind: Cache\nmetadata: {{name: g, namespace: {ns}}}\n"
+    );
+    kubectl_ok(&["apply", "-f", "-"], Some(&cr));
+    let c = wait_json("cache", &ns, "g", "Synced False", |c| {
+        condition(c, "Synced").is_some_and(|s| s["status"] == "False")
+    })
+    .await;
+    let synced = condition(&c, "Synced").unwrap();
+    assert_eq!(synced["reason"], "ClusterScopedChild", "{c}");
+    assert!(
+        synced["message"]
+            .as_str()
+            .unwrap()
+            .contains("cluster-scoped"),
+        "{c}"
+    );
+    let (_, out, _) = kubectl(
+        &["get", "globals.late.ruleop.dev", &format!("{ns}-g")],
+        None,
+    );
+    assert!(out.is_empty(), "nothing created: {out}");
+    common::delete_namespace(&ns);
+}

@@ -154,6 +154,47 @@ async fn rule_edits_apply_without_a_restart_and_a_broken_edit_keeps_the_last_goo
     })
     .await;
     assert!(op.running() && op.pid() == pid, "still no restart");
+
+    // A new rules file starts a new rule; deleting it stops the rule and leaves its children.
+    install_crds(&["deploy/crds/myapps.example.com.yaml"]);
+    let myapp = dir.path().join("myapp.yaml");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/rules/myapp.yaml"),
+        &myapp,
+    )
+    .unwrap();
+    let app = |name: &str| {
+        json!({"apiVersion": "example.com/v1", "kind": "MyApp", "metadata": {"name": name, "namespace": ns}, "spec": {"image": "nginx"}}).to_string()
+    };
+    kubectl_ok(&["apply", "-f", "-"], Some(&app("kept")));
+    wait_json("deployment", &ns, "kept", "made by the new rule", |_| true).await;
+    std::fs::remove_file(&myapp).unwrap();
+    eventually(
+        Duration::from_secs(15),
+        "the myapp rule stopped",
+        || async {
+            op.records()
+                .iter()
+                .any(|r| {
+                    r["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with("rule removed"))
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    kubectl_ok(&["apply", "-f", "-"], Some(&app("orphan")));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        get_json("deployment", &ns, "orphan").is_none(),
+        "a deleted rule makes nothing"
+    );
+    assert!(
+        get_json("deployment", &ns, "kept").is_some(),
+        "a deleted rule's children stay"
+    );
+    assert!(op.running() && op.pid() == pid, "still no restart");
     common::delete_namespace(&ns);
 }
 
