@@ -58,6 +58,10 @@ pub struct RunArgs {
     /// Seconds between rechecks of the rules files, besides file-change notifications.
     #[arg(long, default_value_t = 10)]
     pub rules_poll_seconds: u64,
+    /// Seconds after which the API server ends each watch (it is then resumed). A watch
+    /// connection silent for this long plus 10 s is dropped and re-established.
+    #[arg(long, default_value_t = 290)]
+    pub watch_timeout_seconds: u32,
 }
 
 /// Errors that stop `ruleop run`.
@@ -80,6 +84,16 @@ pub enum RunError {
     Watch(#[source] notify::Error),
     #[error("leader election: {0}")]
     Lease(#[source] kube_lease_manager::LeaseManagerError),
+}
+
+/// A client whose reads time out a little after the server should have ended a watch:
+/// a request on a silently stalled connection (an apply, a list) fails and is retried
+/// instead of hanging forever. (Watches have kube's own idle timeout, just under this.)
+async fn client(watch_timeout: u32) -> Result<kube::Client, RunError> {
+    let mut config = kube::Config::infer().await.map_err(|e| RunError::Client(kube::Error::InferConfig(e)))?;
+    config.read_timeout = Some(Duration::from_secs(u64::from(watch_timeout) + 10));
+    config.reset_reader_on_write = true;
+    kube::Client::try_from(config).map_err(RunError::Client)
 }
 
 fn identity(args: &RunArgs) -> String {
@@ -136,9 +150,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     }
     let (_watcher, mut changes) = reload::watch(book.paths()).map_err(RunError::Watch)?;
 
-    let client = kube::Client::try_default()
-        .await
-        .map_err(RunError::Client)?;
+    let client = client(args.watch_timeout_seconds).await?;
     let addr = admin::serve(args.admin_addr, metrics.clone(), health.clone())
         .await
         .map_err(|source| RunError::Admin {
@@ -153,6 +165,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         resync: Duration::from_secs(args.resync_seconds),
         discovery_retry: Duration::from_secs(3),
         namespace: args.namespace.clone(),
+        watch_timeout: args.watch_timeout_seconds,
         metrics: metrics.clone(),
         reporter: kube::runtime::events::Reporter {
             controller: "ruleop".into(),

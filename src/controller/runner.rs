@@ -30,6 +30,8 @@ pub struct Options {
     pub discovery_retry: Duration,
     /// Only this namespace, or all.
     pub namespace: Option<String>,
+    /// Server-side timeout of every watch, in seconds.
+    pub watch_timeout: u32,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Who the Events ruleop publishes come from.
     pub reporter: kube::runtime::events::Reporter,
@@ -252,7 +254,7 @@ async fn run(
     // Readiness: every watch (the parent's and one per child kind) has listed once.
     let sync = Arc::new(SyncTracker::new(1 + kinds.len(), synced.clone()));
     let parent_sync = sync.clone();
-    let parent_stream = watcher(parent_api, watcher::Config::default())
+    let parent_stream = watcher(parent_api, watcher::Config::default().timeout(opts.watch_timeout))
         .default_backoff()
         .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
         .inspect_ok(move |ev| parent_sync.observe(0, ev))
@@ -276,7 +278,7 @@ async fn run(
         let api = scoped(&client, &k.resource, opts.namespace.as_deref());
         let forget = memo.clone();
         let (api_version, kind) = (k.resource.api_version.clone(), k.resource.kind.clone());
-        let stream = watcher(api, watcher::Config::default().labels(&selector))
+        let stream = watcher(api, watcher::Config::default().labels(&selector).timeout(opts.watch_timeout))
             .default_backoff()
             .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
             .inspect_ok(move |ev| {

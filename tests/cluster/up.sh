@@ -112,6 +112,8 @@ chmod 600 "$kubeconfig"
 # --- processes --------------------------------------------------------------
 start() {
   local name="$1"; shift
+  # The command is kept so that ctl.sh can restart this component alone.
+  mkdir -p "$dir/cmd" && printf '%q ' "$@" >"$dir/cmd/$name"
   setsid "$@" >"$logs/$name.log" 2>&1 </dev/null &
   echo $! >"$pids/$name.pid"
 }
