@@ -293,3 +293,81 @@ pub fn condition<'a>(obj: &'a serde_json::Value, type_: &str) -> Option<&'a serd
 pub fn delete_namespace(ns: &str) {
     let _ = kubectl(&["delete", "namespace", ns, "--wait=false"], None);
 }
+
+/// `kubectl` against the cluster of `kubeconfig`.
+pub fn kubectl_at(kubeconfig: &str, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let mut all = vec!["--kubeconfig", kubeconfig];
+    all.extend_from_slice(args);
+    kubectl(&all, stdin)
+}
+
+/// A list of objects as JSON items (empty when the list fails).
+pub fn list_at(kubeconfig: &str, kind: &str, ns: &str, selector: Option<&str>) -> Vec<serde_json::Value> {
+    let mut args = vec!["get", kind, "-n", ns, "-o", "json"];
+    if let Some(s) = selector {
+        args.extend_from_slice(&["-l", s]);
+    }
+    let (ok, out, _) = kubectl_at(kubeconfig, &args, None);
+    if !ok {
+        return Vec::new();
+    }
+    serde_json::from_str::<serde_json::Value>(&out)
+        .ok()
+        .and_then(|v| v["items"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// A control plane of its own for one fault test (its API server and etcd can be
+/// stopped without disturbing other tests). Stopped and removed when dropped.
+pub struct Cluster {
+    pub dir: std::path::PathBuf,
+    pub kubeconfig: String,
+    _tmp: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub fn start() -> Cluster {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cluster");
+        let up = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cluster/up.sh"))
+            .env("RULEOP_CLUSTER_DIR", &dir)
+            .output()
+            .expect("running up.sh");
+        assert!(up.status.success(), "up.sh failed: {}", String::from_utf8_lossy(&up.stderr));
+        let kubeconfig = dir.join("kubeconfig").to_str().unwrap().to_string();
+        Cluster { dir, kubeconfig, _tmp: tmp }
+    }
+
+    /// `ctl.sh ACTION COMPONENT` on this cluster.
+    pub fn ctl(&self, action: &str, component: &str) {
+        let st = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cluster/ctl.sh"))
+            .args([action, component])
+            .env("RULEOP_CLUSTER_DIR", &self.dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "ctl.sh {action} {component}");
+    }
+
+    /// Waits for the API server to answer /readyz.
+    pub async fn wait_ready(&self) {
+        let kc = self.kubeconfig.clone();
+        eventually(Duration::from_secs(90), "API server ready", || async {
+            kubectl_at(&kc, &["get", "--raw", "/readyz"], None).0.then_some(())
+        })
+        .await;
+    }
+
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let (ok, out, err) = kubectl_at(&self.kubeconfig, args, stdin);
+        assert!(ok, "kubectl {args:?}: {err}");
+        out
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cluster/down.sh"))
+            .env("RULEOP_CLUSTER_DIR", &self.dir)
+            .output();
+    }
+}
