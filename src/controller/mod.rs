@@ -90,7 +90,9 @@ pub enum RunError {
 /// a request on a silently stalled connection (an apply, a list) fails and is retried
 /// instead of hanging forever. (Watches have kube's own idle timeout, just under this.)
 async fn client(watch_timeout: u32) -> Result<kube::Client, RunError> {
-    let mut config = kube::Config::infer().await.map_err(|e| RunError::Client(kube::Error::InferConfig(e)))?;
+    let mut config = kube::Config::infer()
+        .await
+        .map_err(|e| RunError::Client(kube::Error::InferConfig(e)))?;
     config.read_timeout = Some(Duration::from_secs(u64::from(watch_timeout) + 10));
     config.reset_reader_on_write = true;
     kube::Client::try_from(config).map_err(RunError::Client)

@@ -88,6 +88,34 @@ impl RuleTask {
     }
 }
 
+/// Backoff of each watch after an error: 0.5 s doubling to 5 s, jittered. Bounded (a few
+/// requests per watch per outage-minute), yet a watch is back within seconds of the API
+/// server (kube's default climbs to 30 s, and compounds with the controller's own).
+fn watch_backoff() -> kube::runtime::watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(Duration::from_secs(5))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .into()
+}
+
+/// The controller's pause on its merged trigger stream after an error: each watch
+/// already backs off on its own, so this only keeps a burst of errors from spinning.
+struct BriefPause;
+
+impl Iterator for BriefPause {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::from_millis(100))
+    }
+}
+
+impl kube::runtime::utils::Backoff for BriefPause {
+    fn reset(&mut self) {}
+}
+
 /// Sets `synced` once every one of a rule's watches has completed its first list. (The
 /// stores' own `wait_until_ready` wakes only one waiter, and the controller is one.)
 struct SyncTracker {
@@ -254,12 +282,15 @@ async fn run(
     // Readiness: every watch (the parent's and one per child kind) has listed once.
     let sync = Arc::new(SyncTracker::new(1 + kinds.len(), synced.clone()));
     let parent_sync = sync.clone();
-    let parent_stream = watcher(parent_api, watcher::Config::default().timeout(opts.watch_timeout))
-        .default_backoff()
-        .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
-        .inspect_ok(move |ev| parent_sync.observe(0, ev))
-        .reflect(parent_writer)
-        .applied_objects();
+    let parent_stream = watcher(
+        parent_api,
+        watcher::Config::default().timeout(opts.watch_timeout),
+    )
+    .backoff(watch_backoff())
+    .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
+    .inspect_ok(move |ev| parent_sync.observe(0, ev))
+    .reflect(parent_writer)
+    .applied_objects();
 
     let mut controller = Controller::for_stream_with(
         parent_stream,
@@ -267,6 +298,7 @@ async fn run(
         parent.resource.clone(),
     )
     .with_config(Config::default().concurrency(opts.concurrency))
+    .trigger_backoff(BriefPause)
     .graceful_shutdown_on(stopped(stop.clone()));
 
     let selector = format!("{RULE_LABEL}={}", rule.name);
@@ -278,23 +310,28 @@ async fn run(
         let api = scoped(&client, &k.resource, opts.namespace.as_deref());
         let forget = memo.clone();
         let (api_version, kind) = (k.resource.api_version.clone(), k.resource.kind.clone());
-        let stream = watcher(api, watcher::Config::default().labels(&selector).timeout(opts.watch_timeout))
-            .default_backoff()
-            .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
-            .inspect_ok(move |ev| {
-                child_sync.observe(i + 1, ev);
-                // A deleted child must be recreated, not taken for a lagging cache.
-                if let watcher::Event::Delete(o) = ev {
-                    forget.forget(&ObjectKey {
-                        api_version: api_version.clone(),
-                        kind: kind.clone(),
-                        namespace: o.namespace().unwrap_or_default(),
-                        name: o.name_any(),
-                    });
-                }
-            })
-            .reflect(writer)
-            .touched_objects();
+        let stream = watcher(
+            api,
+            watcher::Config::default()
+                .labels(&selector)
+                .timeout(opts.watch_timeout),
+        )
+        .backoff(watch_backoff())
+        .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
+        .inspect_ok(move |ev| {
+            child_sync.observe(i + 1, ev);
+            // A deleted child must be recreated, not taken for a lagging cache.
+            if let watcher::Event::Delete(o) = ev {
+                forget.forget(&ObjectKey {
+                    api_version: api_version.clone(),
+                    kind: kind.clone(),
+                    namespace: o.namespace().unwrap_or_default(),
+                    name: o.name_any(),
+                });
+            }
+        })
+        .reflect(writer)
+        .touched_objects();
         controller = controller.owns_stream_with(stream, k.resource.clone());
         child_kinds.push(ChildKind {
             resolved: k.clone(),

@@ -302,7 +302,12 @@ pub fn kubectl_at(kubeconfig: &str, args: &[&str], stdin: Option<&str>) -> (bool
 }
 
 /// A list of objects as JSON items (empty when the list fails).
-pub fn list_at(kubeconfig: &str, kind: &str, ns: &str, selector: Option<&str>) -> Vec<serde_json::Value> {
+pub fn list_at(
+    kubeconfig: &str,
+    kind: &str,
+    ns: &str,
+    selector: Option<&str>,
+) -> Vec<serde_json::Value> {
     let mut args = vec!["get", kind, "-n", ns, "-o", "json"];
     if let Some(s) = selector {
         args.extend_from_slice(&["-l", s]);
@@ -329,22 +334,34 @@ impl Cluster {
     pub fn start() -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("cluster");
-        let up = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cluster/up.sh"))
-            .env("RULEOP_CLUSTER_DIR", &dir)
-            .output()
-            .expect("running up.sh");
-        assert!(up.status.success(), "up.sh failed: {}", String::from_utf8_lossy(&up.stderr));
+        let up =
+            std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cluster/up.sh"))
+                .env("RULEOP_CLUSTER_DIR", &dir)
+                .output()
+                .expect("running up.sh");
+        assert!(
+            up.status.success(),
+            "up.sh failed: {}",
+            String::from_utf8_lossy(&up.stderr)
+        );
         let kubeconfig = dir.join("kubeconfig").to_str().unwrap().to_string();
-        Cluster { dir, kubeconfig, _tmp: tmp }
+        Cluster {
+            dir,
+            kubeconfig,
+            _tmp: tmp,
+        }
     }
 
     /// `ctl.sh ACTION COMPONENT` on this cluster.
     pub fn ctl(&self, action: &str, component: &str) {
-        let st = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cluster/ctl.sh"))
-            .args([action, component])
-            .env("RULEOP_CLUSTER_DIR", &self.dir)
-            .status()
-            .unwrap();
+        let st = std::process::Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/cluster/ctl.sh"
+        ))
+        .args([action, component])
+        .env("RULEOP_CLUSTER_DIR", &self.dir)
+        .status()
+        .unwrap();
         assert!(st.success(), "ctl.sh {action} {component}");
     }
 
@@ -352,7 +369,9 @@ impl Cluster {
     pub async fn wait_ready(&self) {
         let kc = self.kubeconfig.clone();
         eventually(Duration::from_secs(90), "API server ready", || async {
-            kubectl_at(&kc, &["get", "--raw", "/readyz"], None).0.then_some(())
+            kubectl_at(&kc, &["get", "--raw", "/readyz"], None)
+                .0
+                .then_some(())
         })
         .await;
     }
@@ -366,8 +385,11 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cluster/down.sh"))
-            .env("RULEOP_CLUSTER_DIR", &self.dir)
-            .output();
+        let _ = std::process::Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/cluster/down.sh"
+        ))
+        .env("RULEOP_CLUSTER_DIR", &self.dir)
+        .output();
     }
 }
