@@ -166,6 +166,19 @@ pub fn render_child(
     if let Some(owner) = &scope.owner {
         meta.insert("ownerReferences".into(), Value::Array(vec![owner.clone()]));
     }
+    let size = serde_json::to_vec(&object)
+        .map(|b| b.len())
+        .unwrap_or(usize::MAX);
+    if size > crate::rules::program::MAX_OBJECT_BYTES {
+        return Err(RenderError::Eval {
+            child: child.id.clone(),
+            field: String::new(),
+            reason: format!(
+                "the rendered object is {size} bytes, more than the {} allowed",
+                crate::rules::program::MAX_OBJECT_BYTES
+            ),
+        });
+    }
     let hash = hash_of(&object);
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         let ann = meta

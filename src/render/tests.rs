@@ -253,3 +253,105 @@ children:
     let e = render(&r, &cr).unwrap_err().to_string();
     assert!(e.contains("fuel") || e.contains("range"), "{e}");
 }
+
+fn one_child_rule(field: &str) -> std::sync::Arc<CompiledRule> {
+    rule(&format!(
+        "name: hostile\nwatch: {{group: x.io, version: v1, resource: things}}\nchildren:\n  - id: cm\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {{name: \"{{{{ name }}}}\"}}\n      data:\n        x: '{field}'\n"
+    ))
+}
+
+fn cr_with(spec: Value) -> Value {
+    json!({"metadata": {"name": "a", "namespace": "n"}, "spec": spec})
+}
+
+/// The error of a render that must fail, without printing a huge object if it did not.
+fn error_of(r: Result<Vec<Rendered>, RenderError>) -> String {
+    match r {
+        Ok(out) => panic!(
+            "expected an error, got {} object(s) of {} bytes",
+            out.len(),
+            out.iter()
+                .map(|o| o.object.to_string().len())
+                .sum::<usize>()
+        ),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn deep_recursion_is_stopped_by_the_recursion_limit() {
+    let r = one_child_rule("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+    let e = error_of(render(&r, &cr_with(json!({}))));
+    assert!(e.contains("recursion limit"), "{e}");
+}
+
+#[test]
+fn a_huge_string_is_stopped_by_the_output_cap() {
+    // Text within the fuel, over the 256 KiB a templated string may render to.
+    let r = one_child_rule("big: {{ \"x\" * 300000 }}");
+    let e = error_of(render(&r, &cr_with(json!({}))));
+    assert!(e.contains("more than the 262144 allowed"), "{e}");
+    // A lone expression is bounded by the object cap.
+    let r = one_child_rule("{{ \"x\" * 2000000 }}");
+    let e = error_of(render(&r, &cr_with(json!({}))));
+    assert!(
+        e.contains("rendered object is") || e.contains("fuel"),
+        "{e}"
+    );
+    // A size taken from the custom resource: stopped (by fuel, before any cap).
+    let r = one_child_rule("{{ \"-\" * spec.width }}");
+    let e = error_of(render(&r, &cr_with(json!({"width": 90_000_000}))));
+    assert!(e.contains("fuel") || e.contains("more than the"), "{e}");
+}
+
+#[test]
+fn a_huge_object_from_a_lone_expression_is_refused() {
+    let r = rule(
+        "name: big\nwatch: {group: x.io, version: v1, resource: things}\nchildren:\n  - id: cm\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {name: \"{{ name }}\"}\n      data: \"{{ spec.blob }}\"\n",
+    );
+    let blob: serde_json::Map<String, Value> = (0..2000)
+        .map(|i| (format!("k{i}"), json!("y".repeat(1000))))
+        .collect();
+    let e = error_of(render(&r, &cr_with(json!({"blob": blob}))));
+    assert!(e.contains("rendered object is"), "{e}");
+}
+
+#[test]
+fn namespace_cannot_be_used_to_accumulate_across_iterations() {
+    let r = one_child_rule(
+        "{% set ns = namespace(s=\"x\") %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+    );
+    let e = error_of(render(&r, &cr_with(json!({}))));
+    assert!(e.contains("cm"), "{e}");
+}
+
+#[test]
+fn a_custom_resource_of_a_mebibyte_renders_and_unused_data_costs_nothing() {
+    let big = "z".repeat(1024 * 1024);
+    let cr = website_cr(json!({"image": "nginx", "notes": big}));
+    let out = render(&website(), &cr).unwrap();
+    assert_eq!(out.len(), 2);
+}
+
+#[test]
+fn wrongly_typed_and_missing_spec_fields_have_defined_outcomes() {
+    // A string where the template expects a number: rendered as given (the API server
+    // refuses it for a Deployment, and that refusal lands on the resource).
+    let out = render(
+        &website(),
+        &website_cr(json!({"image": "nginx", "replicas": "three"})),
+    )
+    .unwrap();
+    assert_eq!(out[0].object["spec"]["replicas"], json!("three"));
+    // An object where a string belongs stays that object (the API server refuses it too).
+    let out = render(&website(), &website_cr(json!({"image": {"nested": true}}))).unwrap();
+    assert_eq!(
+        out[0].object["spec"]["template"]["spec"]["containers"][0]["image"],
+        json!({"nested": true})
+    );
+    // A missing required field: an error naming the child and field.
+    let e = render(&website(), &website_cr(json!({})))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("spec.template.spec.containers[0].image"), "{e}");
+}

@@ -16,6 +16,9 @@ pub struct LineIndex {
     values: HashMap<String, String>,
     /// Line of the document's first node.
     pub start: usize,
+    /// The deepest nesting seen, and the line where it was reached.
+    pub max_depth: usize,
+    pub deepest_line: usize,
 }
 
 impl LineIndex {
@@ -48,16 +51,31 @@ impl LineIndex {
     }
 }
 
+/// The line index of a YAML stream.
+#[derive(Debug, Default)]
+pub struct Indexed {
+    pub docs: Vec<LineIndex>,
+    /// The parser's "recursion limit exceeded", with its line: the stream nests too deep.
+    pub too_deep: Option<usize>,
+}
+
 /// Indexes every document of a YAML stream. A stream that does not parse gives what was
-/// indexed before the error; the serde pass reports the error itself.
-pub fn index_documents(text: &str) -> Vec<LineIndex> {
+/// indexed before the error; the serde pass reports the error itself, except for nesting
+/// too deep to be worth parsing again.
+pub fn index_documents(text: &str) -> Indexed {
     let mut rx = Receiver::default();
     let mut parser = Parser::new_from_str(text);
-    let _ = parser.load(&mut rx, true);
+    let too_deep = match parser.load(&mut rx, true) {
+        Err(e) if e.info().contains("recursion limit") => Some(e.marker().line()),
+        _ => None,
+    };
     if rx.in_doc {
         rx.docs.push(std::mem::take(&mut rx.current));
     }
-    rx.docs
+    Indexed {
+        docs: rx.docs,
+        too_deep,
+    }
 }
 
 enum Frame {
@@ -89,9 +107,16 @@ fn join(parent: &str, key: &str) -> String {
     }
 }
 
+/// Nodes deeper than this are not indexed (they take their ancestor's line): paths grow
+/// with depth, so indexing a pathologically deep document would cost its depth squared.
+const MAX_DEPTH: usize = 64;
+
 impl Receiver {
     /// The path of a node starting now, or None if it is a mapping key (recorded here).
     fn node_path(&mut self, ev: &Event, line: usize) -> Option<Option<String>> {
+        if self.stack.len() >= MAX_DEPTH {
+            return Some(None);
+        }
         match self.stack.last_mut() {
             None => Some(Some(String::new())),
             Some(Frame::Opaque) => Some(None),
@@ -183,7 +208,7 @@ mod tests {
     #[test]
     fn paths_map_to_their_lines_in_each_document() {
         let text = "name: a\nchildren:\n  - id: x\n    template:\n      spec:\n        replicas: 1\n---\nname: b\n";
-        let docs = index_documents(text);
+        let docs = index_documents(text).docs;
         assert_eq!(docs.len(), 2);
         assert_eq!(docs[0].line("name"), 1);
         assert_eq!(docs[0].line("children[0].id"), 3);
@@ -195,7 +220,7 @@ mod tests {
 
     #[test]
     fn an_unknown_path_falls_back_to_its_nearest_ancestor() {
-        let docs = index_documents("a:\n  b:\n    c: 1\n");
+        let docs = index_documents("a:\n  b:\n    c: 1\n").docs;
         assert_eq!(docs[0].line("a.b.zzz"), 2);
         assert_eq!(docs[0].line("nothing"), 1);
     }

@@ -109,11 +109,35 @@ fn read_bounded(path: &Path) -> Result<String, LoadError> {
     std::fs::read_to_string(path).map_err(read)
 }
 
+/// The deepest nesting a rules document may have. (The YAML parser behind serde takes
+/// time quadratic in the depth, so deeper documents are refused before it sees them.)
+pub const MAX_NESTING: usize = 100;
+
 /// Compiles every rule of a YAML stream; `path` names it in errors.
 pub fn load_str(text: &str, path: &Path) -> (Vec<Arc<CompiledRule>>, Vec<LoadError>) {
     let mut rules = Vec::new();
     let mut errors = Vec::new();
-    let indexes = index_documents(text);
+    let indexed = index_documents(text);
+    let deep = indexed
+        .docs
+        .iter()
+        .find(|d| d.max_depth > MAX_NESTING)
+        .map(|d| (d.deepest_line, d.rule_name()));
+    let deep = deep.or(indexed
+        .too_deep
+        .map(|l| (l, indexed.docs.last().and_then(|d| d.rule_name()))));
+    if let Some((line, rule)) = deep {
+        errors.push(LoadError::Syntax {
+            path: path.to_path_buf(),
+            line,
+            column: 1,
+            rule: rule.map(str::to_string),
+            child: None,
+            message: format!("nested more than {MAX_NESTING} levels deep (recursion limit)"),
+        });
+        return (rules, errors);
+    }
+    let indexes = indexed.docs;
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let fallback = LineIndex::default();
         let lines = indexes.get(i).unwrap_or(&fallback);
@@ -198,4 +222,82 @@ pub fn dedupe(rules: Vec<Arc<CompiledRule>>) -> (Vec<Arc<CompiledRule>>, Vec<Loa
         }
     }
     (kept, errors)
+}
+
+#[cfg(test)]
+mod hostile_tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn quickly<T>(what: &str, f: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let out = f();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{what} took {:?}",
+            start.elapsed()
+        );
+        out
+    }
+
+    #[test]
+    fn an_alias_bomb_is_refused_quickly() {
+        let mut text = String::from(
+            "name: bomb\nwatch: {group: x.io, version: v1, resource: xs}\ndefaults:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n",
+        );
+        for i in 1..12 {
+            let refs = (0..10)
+                .map(|_| format!("*a{}", i - 1))
+                .collect::<Vec<_>>()
+                .join(", ");
+            text.push_str(&format!("  a{i}: &a{i} [{refs}]\n"));
+        }
+        let (rules, errors) = quickly("alias bomb", || load_str(&text, Path::new("bomb.yaml")));
+        assert!(rules.is_empty());
+        assert!(
+            errors[0].to_string().contains("repetition limit"),
+            "{}",
+            errors[0]
+        );
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_without_exhausting_the_stack() {
+        for depth in [150, 100_000] {
+            nested(depth);
+        }
+    }
+
+    fn nested(depth: usize) {
+        let text = format!(
+            "name: deep\nwatch: {{group: x.io, version: v1, resource: xs}}\ndefaults: {{x: {}{}}}\n",
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        let (rules, errors) = quickly("deep nesting", || load_str(&text, Path::new("deep.yaml")));
+        assert!(rules.is_empty());
+        assert!(
+            errors[0].to_string().contains("recursion limit"),
+            "{}",
+            errors[0]
+        );
+    }
+
+    #[test]
+    fn a_file_over_the_size_limit_is_refused_before_it_is_parsed() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("huge.yaml");
+        std::fs::write(&f, "# padding\n".repeat(200_000)).unwrap();
+        let load = quickly("huge file", || load_file(&f));
+        assert!(
+            matches!(load.errors[0], LoadError::TooLarge { .. }),
+            "{}",
+            load.errors[0]
+        );
+        assert!(
+            load.errors[0]
+                .to_string()
+                .contains("split it into several files")
+        );
+    }
 }

@@ -12,6 +12,9 @@ pub const FUEL: u64 = 200_000;
 pub const RECURSION_LIMIT: usize = 64;
 /// The most text one templated string may render to.
 pub const MAX_TEXT_BYTES: usize = 256 * 1024;
+/// The largest child object a render may produce (as JSON); the API server's own limit
+/// for an object is about 1.5 MiB.
+pub const MAX_OBJECT_BYTES: usize = 1024 * 1024;
 
 /// An expression of the rule, with where it stands (for errors).
 #[derive(Debug, Clone)]
@@ -60,6 +63,10 @@ pub fn environment() -> Environment<'static> {
     env.set_undefined_behavior(UndefinedBehavior::SemiStrict);
     env.set_fuel(Some(FUEL));
     env.set_recursion_limit(RECURSION_LIMIT);
+    // `namespace()` is Jinja's way to carry values across loop iterations (and so to grow
+    // a string without bound in a few instructions). Templates see `namespace` as the
+    // custom resource's namespace instead.
+    env.remove_global("namespace");
     env
 }
 
