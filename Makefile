@@ -2,7 +2,9 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test cluster cluster-down lint build check-rules
+.PHONY: run test test-long fuzz cluster cluster-down lint build check-rules
+
+FUZZ_SECONDS ?= 180
 
 ## run: local control plane up, CRDs installed, the operator in the foreground with the
 ## shipped rules, and the examples applied.
@@ -29,3 +31,14 @@ lint:
 
 check-rules:
 	$(CARGO) run --quiet -- check --rules rules/
+
+## test-long: the fault tests at full size (1000 resources through the outage, 2 minutes of steady state).
+test-long:
+	RULEOP_FAULT_N=1000 RULEOP_STEADY_SECONDS=120 tests/run.sh
+
+## fuzz: each cargo-fuzz target for FUZZ_SECONDS (needs the nightly toolchain and cargo-fuzz).
+fuzz:
+	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	cd fuzz && for t in rules_loader render; do \
+	  $(CARGO) +nightly fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; \
+	done
