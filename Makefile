@@ -2,9 +2,11 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test test-long fuzz cluster cluster-down lint build check-rules
+.PHONY: run test test-long fuzz bench cluster cluster-down lint build check-rules
 
 FUZZ_SECONDS ?= 180
+N ?= 1000
+STEADY ?= 60
 
 ## run: local control plane up, CRDs installed, the operator in the foreground with the
 ## shipped rules, and the examples applied.
@@ -42,3 +44,11 @@ fuzz:
 	cd fuzz && for t in rules_loader render; do \
 	  $(CARGO) +nightly fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; \
 	done
+
+## bench: ruleop against the floor, controller-runtime, kopf and kro (N WebSites; see BENCHMARKS.md).
+bench:
+	tests/cluster/build.sh
+	bench/build-peers.sh
+	$(CARGO) build --release --quiet
+	RULEOP_BENCH_N=$(N) RULEOP_BENCH_STEADY_SECONDS=$(STEADY) $(CARGO) bench --bench waves
+	$(CARGO) bench --bench pipeline

@@ -109,6 +109,9 @@ fn read_bounded(path: &Path) -> Result<String, LoadError> {
     std::fs::read_to_string(path).map_err(read)
 }
 
+/// The most documents read from one rules file.
+pub const MAX_DOCUMENTS: usize = 10_000;
+
 /// The deepest nesting a rules document may have. (The YAML parser behind serde takes
 /// time quadratic in the depth, so deeper documents are refused before it sees them.)
 pub const MAX_NESTING: usize = 100;
@@ -138,7 +141,10 @@ pub fn load_str(text: &str, path: &Path) -> (Vec<Arc<CompiledRule>>, Vec<LoadErr
         return (rules, errors);
     }
     let indexes = indexed.docs;
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (i, doc) in serde_yaml::Deserializer::from_str(text)
+        .enumerate()
+        .take(MAX_DOCUMENTS)
+    {
         let fallback = LineIndex::default();
         let lines = indexes.get(i).unwrap_or(&fallback);
         match Option::<RuleSpec>::deserialize(doc) {
@@ -153,6 +159,14 @@ pub fn load_str(text: &str, path: &Path) -> (Vec<Arc<CompiledRule>>, Vec<LoadErr
                     .map(|l| (l.line(), l.column()))
                     .unwrap_or((lines.start, 1));
                 let message = e.to_string();
+                // After some malformed input the document iterator repeats its last error
+                // forever (found by fuzzing): one report is enough.
+                if errors
+                    .iter()
+                    .any(|x| matches!(x, LoadError::Syntax { message: m, .. } if *m == message))
+                {
+                    break;
+                }
                 let child = message
                     .split(':')
                     .next()
@@ -299,5 +313,21 @@ mod hostile_tests {
                 .to_string()
                 .contains("split it into several files")
         );
+    }
+}
+
+#[cfg(test)]
+mod fuzz_regressions {
+    use super::*;
+
+    /// cargo-fuzz found an input after which serde_yaml's document iterator yields the
+    /// same error endlessly; loading it must end, with that error reported once.
+    #[test]
+    fn a_repeating_parse_error_is_reported_once_and_loading_ends() {
+        let input = include_bytes!("../../fuzz/regressions/repeating-error.yaml");
+        let text = String::from_utf8_lossy(input);
+        let (_, errors) = load_str(&text, Path::new("fuzz.yaml"));
+        assert!(!errors.is_empty());
+        assert!(errors.len() < 10, "{} errors", errors.len());
     }
 }

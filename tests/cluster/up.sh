@@ -6,6 +6,8 @@
 # State, logs, pids and the kubeconfig live in $RULEOP_CLUSTER_DIR (default
 # <repo>/target/cluster); the kubeconfig is $RULEOP_CLUSTER_DIR/kubeconfig.
 # Idempotent: if this cluster is already up, says so and exits 0.
+# RULEOP_MINIMAL=1 starts only etcd and the API server (for benchmarks: every write then
+# comes from the system under test or the benchmark client).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -23,6 +25,7 @@ die() { log "error: $*"; exit 1; }
 
 alive() { [ -f "$pids/$1.pid" ] && kill -0 "$(cat "$pids/$1.pid")" 2>/dev/null; }
 components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+[ "${RULEOP_MINIMAL:-0}" = 1 ] && components=(etcd kube-apiserver)
 
 all_alive=1
 any_alive=0
@@ -151,6 +154,13 @@ start kube-apiserver "$K8S_BIN/kube-apiserver" \
   --cert-dir "$pki" ${RULEOP_APISERVER_EXTRA_ARGS:-}
 wait_for kube-apiserver 90 https_ok "https://127.0.0.1:$api_port/readyz"
 ready_at=$(date +%s%3N)
+
+if [ "${RULEOP_MINIMAL:-0}" = 1 ]; then
+  secs() { printf '%d.%01d' $(( $1 / 1000 )) $(( ($1 % 1000) / 100 )); }
+  log "minimal control plane (etcd + kube-apiserver): /readyz after $(secs $((ready_at - started)))s"
+  log "kubeconfig: $kubeconfig"
+  exit 0
+fi
 
 start kube-controller-manager "$K8S_BIN/kube-controller-manager" \
   --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \

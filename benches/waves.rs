@@ -1,0 +1,536 @@
+//! `make bench`: ruleop against the peers and the machine's floor, side by side, in one
+//! run, on a control plane with only etcd and the API server (so every write counted is
+//! the system's, less the benchmark client's own, which are known exactly).
+//!
+//! Per system: a create wave of N WebSites (done when all 2N children exist and every
+//! status has observedGeneration = generation), an update wave (every image changed; done
+//! when every Deployment has it and every status is current), and a steady-state window.
+//! Writes come from `apiserver_request_total`; peak RSS and CPU seconds from /proc.
+//! Env: RULEOP_BENCH_N (default 1000), RULEOP_BENCH_STEADY_SECONDS (60),
+//! RULEOP_BENCH_SYSTEMS (default: floor,ruleop,controller-runtime,kopf,kro).
+
+use futures::{StreamExt, stream};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use kube::{Client, Config};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const NS: &str = "bench";
+const CONCURRENCY: usize = 64;
+
+#[derive(Debug, Default, Clone, serde::Serialize)]
+struct Figures {
+    system: String,
+    create_seconds: f64,
+    update_seconds: f64,
+    create_ratio_to_floor: Option<f64>,
+    writes_per_cr_create: f64,
+    events_per_cr_create: f64,
+    writes_per_cr_update: f64,
+    steady_writes_per_minute: f64,
+    peak_rss_mib: Option<f64>,
+    cpu_seconds: Option<f64>,
+    note: String,
+}
+
+fn website_ar() -> ApiResource {
+    ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "WebSite".into(),
+        plural: "websites".into(),
+    }
+}
+
+fn sh(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn cluster_dir() -> PathBuf {
+    Path::new(ROOT).join("target/bench/cluster")
+}
+
+fn fresh_cluster() -> Result<String, String> {
+    let dir = cluster_dir();
+    let _ =
+        sh(Command::new(format!("{ROOT}/tests/cluster/down.sh")).env("RULEOP_CLUSTER_DIR", &dir));
+    sh(Command::new(format!("{ROOT}/tests/cluster/up.sh"))
+        .env("RULEOP_CLUSTER_DIR", &dir)
+        .env("RULEOP_MINIMAL", "1"))?;
+    let kc = dir.join("kubeconfig").to_string_lossy().into_owned();
+    sh(Command::new("kubectl").args([
+        "--kubeconfig",
+        &kc,
+        "apply",
+        "-f",
+        &format!("{ROOT}/deploy/crds/websites.example.com.yaml"),
+    ]))?;
+    sh(Command::new("kubectl").args([
+        "--kubeconfig",
+        &kc,
+        "wait",
+        "--for=condition=Established",
+        "crd/websites.example.com",
+        "--timeout=60s",
+    ]))?;
+    sh(Command::new("kubectl").args(["--kubeconfig", &kc, "create", "namespace", NS]))?;
+    Ok(kc)
+}
+
+async fn client(kc: &str) -> Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(kc).expect("kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    Client::try_from(config).expect("client")
+}
+
+/// Write requests by (resource, subresource, verb), from the API server's metrics.
+async fn writes(c: &Client) -> BTreeMap<(String, String, String), f64> {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = c.request_text(req).await.unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let label = |k: &str| {
+            line.split(&format!("{k}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string()
+        };
+        let verb = label("verb");
+        if !matches!(
+            verb.as_str(),
+            "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE" | "DELETECOLLECTION"
+        ) {
+            continue;
+        }
+        let v: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *out.entry((label("resource"), label("subresource"), verb))
+            .or_default() += v;
+    }
+    out
+}
+
+/// (writes of the system, events) between two snapshots, less the client's own requests.
+fn delta(
+    a: &BTreeMap<(String, String, String), f64>,
+    b: &BTreeMap<(String, String, String), f64>,
+    client_own: &[(&str, &str, &str, f64)],
+) -> (f64, f64) {
+    let mut w = 0.0;
+    let mut ev = 0.0;
+    for (k, v) in b {
+        let d = v - a.get(k).copied().unwrap_or(0.0);
+        if d > 0.0 && std::env::var_os("RULEOP_BENCH_DEBUG").is_some() {
+            eprintln!("  writes {k:?}: {d}");
+        }
+        match k.0.as_str() {
+            // Leases: the API server's own heartbeat. IPAddresses: the API server allocating
+            // a Service's ClusterIP. Namespaces: the benchmark's own.
+            "leases" | "namespaces" | "ipaddresses" => {}
+            "events" => ev += d,
+            _ => w += d,
+        }
+    }
+    for (r, s, verb, n) in client_own {
+        if b.contains_key(&((*r).to_string(), (*s).to_string(), (*verb).to_string())) {
+            w -= n;
+        }
+    }
+    (w, ev)
+}
+
+fn website(i: usize, image: &str) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "WebSite", "metadata": {"name": format!("s{i}"), "namespace": NS},
+           "spec": {"image": image, "replicas": 1, "port": 80, "serviceType": "ClusterIP"}})
+}
+
+/// Whether every WebSite is current and every child has `image`.
+async fn converged(c: &Client, n: usize, image: &str, generation: i64) -> bool {
+    let sites: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &website_ar());
+    let deps: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(c.clone(), NS);
+    let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(c.clone(), NS);
+    let lp = kube::api::ListParams::default();
+    let (Ok(s), Ok(d), Ok(v)) = (
+        sites.list(&lp).await,
+        deps.list(&lp).await,
+        svcs.list(&lp).await,
+    ) else {
+        return false;
+    };
+    s.items.len() == n
+        && v.items.len() == n
+        && d.items.len() == n
+        && s.items
+            .iter()
+            .all(|w| w.data["status"]["observedGeneration"] == json!(generation))
+        && d.items.iter().all(|x| {
+            x.spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .map(|p| p.containers[0].image.as_deref() == Some(image))
+                .unwrap_or(false)
+        })
+}
+
+async fn wait_converged(
+    c: &Client,
+    n: usize,
+    image: &str,
+    generation: i64,
+    start: Instant,
+) -> Result<f64, String> {
+    loop {
+        if converged(c, n, image, generation).await {
+            return Ok(start.elapsed().as_secs_f64());
+        }
+        if start.elapsed() > Duration::from_secs(900) {
+            return Err("did not converge within 15 minutes".into());
+        }
+        // Poll often enough to time the wave, not so often that listing loads the server.
+        tokio::time::sleep(Duration::from_millis(100 + n as u64 / 10)).await;
+    }
+}
+
+/// The floor: exactly the writes an ideal operator makes (two applies and a status
+/// patch, at once), from a plain concurrent client with no watch and no logic.
+async fn floor_writes(
+    c: &Client,
+    rule: &ruleop::rules::CompiledRule,
+    i: usize,
+    cr: &Value,
+    generation: i64,
+) {
+    let mut cr = cr.clone();
+    cr["metadata"]["uid"] = json!(format!("floor-{i}"));
+    let Ok(children) = ruleop::render::render(rule, &cr) else {
+        return;
+    };
+    let pp = PatchParams::apply("floor").force();
+    let applies = children.into_iter().map(|ch| {
+        let ar = if ch.kind == "Deployment" {
+            ApiResource {
+                group: "apps".into(),
+                version: "v1".into(),
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                plural: "deployments".into(),
+            }
+        } else {
+            ApiResource {
+                group: "".into(),
+                version: "v1".into(),
+                api_version: "v1".into(),
+                kind: "Service".into(),
+                plural: "services".into(),
+            }
+        };
+        let mut obj = ch.object;
+        if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("ownerReferences");
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &ar);
+        let (name, pp) = (ch.name, pp.clone());
+        async move {
+            let _ = api.patch(&name, &pp, &Patch::Apply(&obj)).await;
+        }
+    });
+    let sites: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &website_ar());
+    let name = cr["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let status = json!({"apiVersion": "example.com/v1", "kind": "WebSite", "status": {"readyReplicas": 0, "observedGeneration": generation}});
+    let status_write = async {
+        let _ = sites.patch_status(&name, &pp, &Patch::Apply(&status)).await;
+    };
+    futures::join!(futures::future::join_all(applies), status_write);
+}
+
+fn proc_figures(pid: u32) -> (Option<f64>, Option<f64>) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+    let cpu = match (ticks(11), ticks(12)) {
+        (Some(u), Some(s)) => Some((u + s) / 100.0),
+        _ => None,
+    };
+    (rss, cpu)
+}
+
+/// Starts a system; None for the floor. Err explains why it cannot run here.
+fn start(system: &str, kc: &str) -> Result<Option<Child>, String> {
+    let logs = Path::new(ROOT).join("target/bench/logs");
+    std::fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
+    let log =
+        std::fs::File::create(logs.join(format!("{system}.log"))).map_err(|e| e.to_string())?;
+    let mut cmd = match system {
+        "floor" => return Ok(None),
+        "ruleop" => {
+            let mut c = Command::new(format!("{ROOT}/target/release/ruleop"));
+            c.args([
+                "run",
+                "--rules",
+                &format!("{ROOT}/rules/website.yaml"),
+                "--namespace",
+                NS,
+                "--admin-addr",
+                "127.0.0.1:0",
+            ]);
+            c.env("RUST_LOG", "warn");
+            c
+        }
+        "controller-runtime" => {
+            let bin = format!("{ROOT}/target/bench/bin/website-operator");
+            if !Path::new(&bin).exists() {
+                return Err(format!("{bin} not built (bench/build-peers.sh)"));
+            }
+            let mut c = Command::new(bin);
+            c.args(["--namespace", NS]);
+            c
+        }
+        "kopf" => {
+            let py = format!("{ROOT}/target/bench/venv/bin/python");
+            if !Path::new(&py).exists() {
+                return Err("kopf venv not built (bench/build-peers.sh)".into());
+            }
+            let mut c = Command::new(py);
+            c.args([
+                "-m",
+                "kopf",
+                "run",
+                "--standalone",
+                "--namespace",
+                NS,
+                "-q",
+                &format!("{ROOT}/bench/kopf/operator.py"),
+            ]);
+            c
+        }
+        "kro" => {
+            let reason = std::fs::read_to_string(format!("{ROOT}/target/bench/kro-absent.txt"))
+                .unwrap_or_else(|_| "kro not built (bench/build-peers.sh)".into());
+            return Err(reason.trim().to_string());
+        }
+        other => return Err(format!("unknown system {other}")),
+    };
+    cmd.env("KUBECONFIG", kc)
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .stdin(Stdio::null());
+    cmd.spawn()
+        .map(Some)
+        .map_err(|e| format!("starting {system}: {e}"))
+}
+
+async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, String> {
+    let kc = fresh_cluster()?;
+    let c = client(&kc).await;
+    let mut proc_ = start(system, &kc)?;
+    if proc_.is_some() {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        if let Some(p) = proc_.as_mut()
+            && let Ok(Some(st)) = p.try_wait()
+        {
+            return Err(format!(
+                "{system} exited at start ({st}); see target/bench/logs/{system}.log"
+            ));
+        }
+    }
+    let (rules, _) = ruleop::rules::load_str(
+        include_str!("../rules/website.yaml"),
+        Path::new("website.yaml"),
+    );
+    let rule = rules[0].clone();
+    let sites: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &website_ar());
+    let is_floor = system == "floor";
+
+    // Create wave.
+    let w0 = writes(&c).await;
+    let t0 = Instant::now();
+    stream::iter(0..n)
+        .map(|i| {
+            let (sites, c, rule) = (sites.clone(), c.clone(), rule.clone());
+            async move {
+                let cr = website(i, "nginx:1");
+                let obj: DynamicObject = serde_json::from_value(cr.clone()).unwrap();
+                let created = sites.create(&PostParams::default(), &obj).await;
+                if is_floor && let Ok(o) = created {
+                    floor_writes(&c, &rule, i, &cr, o.metadata.generation.unwrap_or(1)).await;
+                }
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    let create_seconds = wait_converged(&c, n, "nginx:1", 1, t0).await?;
+    let w1 = writes(&c).await;
+    let (cw, cev) = delta(&w0, &w1, &[("websites", "", "POST", n as f64)]);
+
+    // Update wave.
+    let t0 = Instant::now();
+    stream::iter(0..n)
+        .map(|i| {
+            let (sites, c, rule) = (sites.clone(), c.clone(), rule.clone());
+            async move {
+                let p = json!({"spec": {"image": "nginx:2"}});
+                let patched = sites
+                    .patch(&format!("s{i}"), &PatchParams::default(), &Patch::Merge(&p))
+                    .await;
+                if is_floor && let Ok(o) = patched {
+                    floor_writes(
+                        &c,
+                        &rule,
+                        i,
+                        &website(i, "nginx:2"),
+                        o.metadata.generation.unwrap_or(2),
+                    )
+                    .await;
+                }
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    let update_seconds = wait_converged(&c, n, "nginx:2", 2, t0).await?;
+    let w2 = writes(&c).await;
+    let (uw, _) = delta(&w1, &w2, &[("websites", "", "PATCH", n as f64)]);
+
+    // Steady state.
+    tokio::time::sleep(Duration::from_secs(steady)).await;
+    let w3 = writes(&c).await;
+    let (sw, _) = delta(&w2, &w3, &[]);
+
+    let (rss, cpu) = proc_
+        .as_ref()
+        .map(|p| proc_figures(p.id()))
+        .unwrap_or((None, None));
+    if let Some(mut p) = proc_ {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+    let _ = sh(Command::new(format!("{ROOT}/tests/cluster/down.sh"))
+        .env("RULEOP_CLUSTER_DIR", cluster_dir()));
+    Ok(Figures {
+        system: system.into(),
+        create_seconds,
+        update_seconds,
+        writes_per_cr_create: cw / n as f64,
+        events_per_cr_create: cev / n as f64,
+        writes_per_cr_update: uw / n as f64,
+        steady_writes_per_minute: sw * 60.0 / steady as f64,
+        peak_rss_mib: rss,
+        cpu_seconds: cpu,
+        ..Default::default()
+    })
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map(|x| format!("{x:.digits$}"))
+        .unwrap_or_else(|| "-".into())
+}
+
+#[tokio::main]
+async fn main() {
+    let n: usize = std::env::var("RULEOP_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let steady: u64 = std::env::var("RULEOP_BENCH_STEADY_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let systems = std::env::var("RULEOP_BENCH_SYSTEMS")
+        .unwrap_or_else(|_| "floor,ruleop,controller-runtime,kopf,kro".into());
+    let mut results: Vec<Figures> = Vec::new();
+    for s in systems.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        eprintln!("bench: {s} with N={n} ...");
+        match run_system(s, n, steady).await {
+            Ok(f) => results.push(f),
+            Err(e) => {
+                eprintln!("bench: {s} absent: {e}");
+                results.push(Figures {
+                    system: s.into(),
+                    create_seconds: f64::NAN,
+                    update_seconds: f64::NAN,
+                    note: format!("absent: {e}"),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    let floor = results
+        .iter()
+        .find(|f| f.system == "floor")
+        .map(|f| f.create_seconds);
+    for f in &mut results {
+        if let Some(fl) = floor.filter(|x| x.is_finite() && *x > 0.0)
+            && f.create_seconds.is_finite()
+        {
+            f.create_ratio_to_floor = Some(f.create_seconds / fl);
+        }
+    }
+    println!(
+        "\nN = {n} WebSites, steady state over {steady} s, control plane: etcd + kube-apiserver only\n"
+    );
+    println!(
+        "| system | create wave s | ratio to floor | update wave s | writes/CR (create) | events/CR | writes/CR (update) | steady writes/min | peak RSS MiB | CPU s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for f in &results {
+        if !f.note.is_empty() {
+            println!("| {} | {} | | | | | | | | |", f.system, f.note);
+            continue;
+        }
+        println!(
+            "| {} | {:.2} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} |",
+            f.system,
+            f.create_seconds,
+            opt(f.create_ratio_to_floor, 2),
+            f.update_seconds,
+            f.writes_per_cr_create,
+            f.events_per_cr_create,
+            f.writes_per_cr_update,
+            f.steady_writes_per_minute,
+            opt(f.peak_rss_mib, 1),
+            opt(f.cpu_seconds, 2)
+        );
+    }
+    let dir = Path::new(ROOT).join("target/bench");
+    let _ = std::fs::create_dir_all(&dir);
+    let summary = json!({"n": n, "steady_seconds": steady, "systems": results});
+    let _ = std::fs::write(
+        dir.join("summary.json"),
+        serde_json::to_string_pretty(&summary).unwrap(),
+    );
+    println!("\nwritten: target/bench/summary.json");
+}
