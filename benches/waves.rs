@@ -250,7 +250,11 @@ async fn floor_writes(
         let api: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &ar);
         let (name, pp) = (ch.name, pp.clone());
         async move {
+            let t = Instant::now();
             let _ = api.patch(&name, &pp, &Patch::Apply(&obj)).await;
+            if std::env::var_os("RULEOP_BENCH_DEBUG").is_some() {
+                eprintln!("  apply {} {:?}", ar.kind, t.elapsed());
+            }
         }
     });
     let sites: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &website_ar());
@@ -260,7 +264,11 @@ async fn floor_writes(
         .to_string();
     let status = json!({"apiVersion": "example.com/v1", "kind": "WebSite", "status": {"readyReplicas": 0, "observedGeneration": generation}});
     let status_write = async {
+        let t = Instant::now();
         let _ = sites.patch_status(&name, &pp, &Patch::Apply(&status)).await;
+        if std::env::var_os("RULEOP_BENCH_DEBUG").is_some() {
+            eprintln!("  status {:?}", t.elapsed());
+        }
     };
     futures::join!(futures::future::join_all(applies), status_write);
 }
@@ -356,8 +364,10 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
     let kc = fresh_cluster()?;
     let c = client(&kc).await;
     let mut proc_ = start(system, &kc)?;
-    if proc_.is_some() {
-        tokio::time::sleep(Duration::from_secs(5)).await;
+    // Every system, the floor included, starts its waves after the same settle time: a
+    // freshly started API server is still busy with its own start-up for a few seconds.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    {
         if let Some(p) = proc_.as_mut()
             && let Ok(Some(st)) = p.try_wait()
         {
@@ -392,6 +402,9 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
         .buffer_unordered(CONCURRENCY)
         .collect::<Vec<_>>()
         .await;
+    if std::env::var_os("RULEOP_BENCH_DEBUG").is_some() {
+        eprintln!("  client done after {:?}", t0.elapsed());
+    }
     let create_seconds = wait_converged(&c, n, "nginx:1", 1, t0).await?;
     let w1 = writes(&c).await;
     let (cw, cev) = delta(&w0, &w1, &[("websites", "", "POST", n as f64)]);

@@ -153,6 +153,7 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
     let cr_json = serde_json::to_value(&*cr).map_err(ReconcileError::Decode)?;
     let uid = cr.uid();
     let mut observed: HashMap<String, Value> = HashMap::new();
+    let mut applied: Vec<(&'static str, String)> = Vec::new();
 
     let sync = match render::render(rule, &cr_json) {
         Err(e) => Sync::Failed {
@@ -165,7 +166,8 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
                 message,
             },
             None => {
-                let sync = apply_children(&ctx, &cr, &ns, &children, &mut observed).await?;
+                let sync =
+                    apply_children(&ctx, &ns, &children, &mut observed, &mut applied).await?;
                 if let Some(uid) = &uid {
                     prune_children(&ctx, &cr, &ns, uid, &children).await?;
                 }
@@ -215,6 +217,19 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
         }
     }
     write_status(&ctx, &cr, &cr_json, &observed, &sync).await?;
+    // One Event per kind of change, after the status: it names every child it covers.
+    for reason in ["Created", "Updated"] {
+        let names: Vec<&str> = applied
+            .iter()
+            .filter(|(r, _)| *r == reason)
+            .map(|(_, n)| n.as_str())
+            .collect();
+        if !names.is_empty() {
+            let note = names.join(", ");
+            let action = truncate(format!("Apply {note}"), 120);
+            event(&ctx, &cr, EventType::Normal, reason, &action, note, None).await;
+        }
+    }
     if let Ok(mut f) = ctx.failures.lock() {
         f.remove(&key_of(&cr));
     }
@@ -238,12 +253,13 @@ fn scope_problem(ctx: &Ctx, children: &[Rendered]) -> Option<String> {
     })
 }
 
+/// Applies what differs; records each write in `applied` as (Created|Updated, "Kind name").
 async fn apply_children(
     ctx: &Ctx,
-    cr: &DynamicObject,
     ns: &str,
     children: &[Rendered],
     observed: &mut HashMap<String, Value>,
+    applied: &mut Vec<(&'static str, String)>,
 ) -> Result<Sync, ReconcileError> {
     let mut refused = Vec::new();
     for c in children {
@@ -271,16 +287,7 @@ async fn apply_children(
                 };
                 ctx.metrics.write(&ctx.rule.name, action);
                 tracing::info!(rule = %ctx.rule.name, child = %c.id, kind = %c.kind, name = %c.name, namespace = %ns, action, "applied child");
-                event(
-                    ctx,
-                    cr,
-                    EventType::Normal,
-                    reason,
-                    "Apply",
-                    format!("{} {} (child `{}`)", c.kind, c.name, c.id),
-                    Some(obj.object_ref(&kind.resolved.resource)),
-                )
-                .await;
+                applied.push((reason, format!("{} {}", c.kind, c.name)));
                 ctx.memo.put(
                     key,
                     Written::now(c.hash.clone(), obj.resource_version().unwrap_or_default()),
