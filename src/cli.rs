@@ -221,8 +221,12 @@ fn read_objects(path: &PathBuf) -> anyhow::Result<Vec<Value>> {
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut out = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v = Option::<Value>::deserialize(doc)
-            .with_context(|| format!("parsing {}", path.display()))?;
+        // serde_yaml 0.9 can panic on malformed streams: an error, not a crash.
+        let v = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Option::<Value>::deserialize(doc)
+        }))
+        .map_err(|_| anyhow!("{}: malformed YAML", path.display()))?
+        .with_context(|| format!("parsing {}", path.display()))?;
         match v {
             Some(Value::Object(mut m)) if m.get("kind").and_then(Value::as_str) == Some("List") => {
                 if let Some(Value::Array(items)) = m.remove("items") {

@@ -147,7 +147,23 @@ pub fn load_str(text: &str, path: &Path) -> (Vec<Arc<CompiledRule>>, Vec<LoadErr
     {
         let fallback = LineIndex::default();
         let lines = indexes.get(i).unwrap_or(&fallback);
-        match Option::<RuleSpec>::deserialize(doc) {
+        // serde_yaml 0.9 can panic on malformed streams ("unexpected end of mapping",
+        // found by fuzzing): contain it as an error on this file, never a crash.
+        let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Option::<RuleSpec>::deserialize(doc)
+        }));
+        let Ok(parsed) = parsed else {
+            errors.push(LoadError::Syntax {
+                path: path.to_path_buf(),
+                line: lines.start,
+                column: 1,
+                rule: lines.rule_name().map(str::to_string),
+                child: None,
+                message: "the YAML parser gave up on this document (malformed YAML)".into(),
+            });
+            break;
+        };
+        match parsed {
             Ok(None) => {}
             Ok(Some(spec)) => match compile(&spec, path, lines) {
                 Ok(rule) => rules.push(Arc::new(rule)),
@@ -322,6 +338,14 @@ mod fuzz_regressions {
 
     /// cargo-fuzz found an input after which serde_yaml's document iterator yields the
     /// same error endlessly; loading it must end, with that error reported once.
+    /// cargo-fuzz found an input on which serde_yaml panics; loading reports an error.
+    #[test]
+    fn a_parser_panic_becomes_an_error_on_the_file() {
+        let input = include_bytes!("../../fuzz/regressions/parser-panic.yaml");
+        let (_, errors) = load_str(&String::from_utf8_lossy(input), Path::new("fuzz.yaml"));
+        assert!(!errors.is_empty());
+    }
+
     #[test]
     fn a_repeating_parse_error_is_reported_once_and_loading_ends() {
         let input = include_bytes!("../../fuzz/regressions/repeating-error.yaml");
