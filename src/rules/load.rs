@@ -196,23 +196,14 @@ pub fn load_str(text: &str, path: &Path) -> (Vec<Arc<CompiledRule>>, Vec<LoadErr
                     child,
                     message,
                 });
-                // After a syntax error the stream cannot be trusted; stop here.
-                if e.location().is_none() || is_fatal(&e) {
-                    break;
-                }
+                // serde_yaml's document iterator is not safe to continue after an
+                // error (it repeats it, or panics on the next document: both found by
+                // fuzzing). The rest of this file keeps its last good rules.
+                break;
             }
         }
     }
     (rules, errors)
-}
-
-/// Errors after which serde_yaml yields no further documents.
-fn is_fatal(e: &serde_yaml::Error) -> bool {
-    let s = e.to_string();
-    s.contains("while parsing")
-        || s.contains("while scanning")
-        || s.contains("recursion limit")
-        || s.contains("repetition limit")
 }
 
 /// Loads every rules file under `paths`: all rules that compiled, and all errors (including
