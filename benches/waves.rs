@@ -60,7 +60,9 @@ fn cluster_dir() -> PathBuf {
     Path::new(ROOT).join("target/bench/cluster")
 }
 
-fn fresh_cluster() -> Result<String, String> {
+/// A fresh etcd + API server. The WebSite CRD comes from deploy/crds, except for kro,
+/// which generates its own from the ResourceGraphDefinition (installed once kro runs).
+fn fresh_cluster(system: &str) -> Result<String, String> {
     let dir = cluster_dir();
     let _ =
         sh(Command::new(format!("{ROOT}/tests/cluster/down.sh")).env("RULEOP_CLUSTER_DIR", &dir));
@@ -68,23 +70,82 @@ fn fresh_cluster() -> Result<String, String> {
         .env("RULEOP_CLUSTER_DIR", &dir)
         .env("RULEOP_MINIMAL", "1"))?;
     let kc = dir.join("kubeconfig").to_string_lossy().into_owned();
-    sh(Command::new("kubectl").args([
-        "--kubeconfig",
-        &kc,
-        "apply",
-        "-f",
-        &format!("{ROOT}/deploy/crds/websites.example.com.yaml"),
-    ]))?;
-    sh(Command::new("kubectl").args([
-        "--kubeconfig",
-        &kc,
-        "wait",
-        "--for=condition=Established",
-        "crd/websites.example.com",
-        "--timeout=60s",
-    ]))?;
+    if system == "kro" {
+        let info = sh(Command::new("go").args([
+            "mod",
+            "download",
+            "-json",
+            "github.com/kubernetes-sigs/kro@v0.9.4",
+        ]))?;
+        let dir = serde_json::from_str::<Value>(&info)
+            .ok()
+            .and_then(|v| v["Dir"].as_str().map(str::to_string))
+            .ok_or("kro module not in the module cache")?;
+        sh(Command::new("kubectl").args([
+            "--kubeconfig",
+            &kc,
+            "apply",
+            "--server-side",
+            "-f",
+            &format!("{dir}/helm/crds/"),
+        ]))?;
+    } else {
+        let crd = format!("{ROOT}/deploy/crds/websites.example.com.yaml");
+        sh(Command::new("kubectl").args(["--kubeconfig", &kc, "apply", "-f", &crd]))?;
+        sh(Command::new("kubectl").args([
+            "--kubeconfig",
+            &kc,
+            "wait",
+            "--for=condition=Established",
+            "crd/websites.example.com",
+            "--timeout=60s",
+        ]))?;
+    }
     sh(Command::new("kubectl").args(["--kubeconfig", &kc, "create", "namespace", NS]))?;
     Ok(kc)
+}
+
+/// kro: the ResourceGraphDefinition, then wait until kro serves the WebSite kind.
+async fn install_kro_rgd(kc: &str) -> Result<(), String> {
+    sh(Command::new("kubectl").args([
+        "--kubeconfig",
+        kc,
+        "apply",
+        "-f",
+        &format!("{ROOT}/bench/kro/rgd.yaml"),
+    ]))?;
+    let start = Instant::now();
+    loop {
+        let est = [
+            "--kubeconfig",
+            kc,
+            "wait",
+            "--for=condition=Established",
+            "crd/websites.example.com",
+            "--timeout=5s",
+        ];
+        if sh(Command::new("kubectl").args(est)).is_ok() {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(90) {
+            let rgd = sh(Command::new("kubectl").args([
+                "--kubeconfig",
+                kc,
+                "get",
+                "resourcegraphdefinition",
+                "-o",
+                "yaml",
+            ]))
+            .unwrap_or_default();
+            let why: Vec<&str> = rgd.lines().filter(|l| l.contains("message")).collect();
+            return Err(format!(
+                "kro did not serve websites.example.com within 90 s: {}",
+                why.join(" ")
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 async fn client(kc: &str) -> Client {
@@ -345,9 +406,25 @@ fn start(system: &str, kc: &str) -> Result<Option<Child>, String> {
             c
         }
         "kro" => {
-            let reason = std::fs::read_to_string(format!("{ROOT}/target/bench/kro-absent.txt"))
-                .unwrap_or_else(|_| "kro not built (bench/build-peers.sh)".into());
-            return Err(reason.trim().to_string());
+            let bin = format!("{ROOT}/target/bench/bin/kro-controller");
+            if !Path::new(&bin).exists() {
+                let reason = std::fs::read_to_string(format!("{ROOT}/target/bench/kro-absent.txt"))
+                    .unwrap_or_else(|_| "kro not built (bench/build-peers.sh)".into());
+                return Err(reason.trim().to_string());
+            }
+            // Not throttled: client QPS/burst and the instance work queue's rate limit
+            // raised; 32 concurrent instance reconciles, as the other systems.
+            let mut c = Command::new(bin);
+            c.args([
+                "--metrics-bind-address=0",
+                "--health-probe-bind-address=0",
+                "--client-qps=1000",
+                "--client-burst=2000",
+                "--dynamic-controller-concurrent-reconciles=32",
+                "--dynamic-controller-rate-limiter-rate-limit=1000",
+                "--dynamic-controller-rate-limiter-burst-limit=2000",
+            ]);
+            c
         }
         other => return Err(format!("unknown system {other}")),
     };
@@ -361,9 +438,12 @@ fn start(system: &str, kc: &str) -> Result<Option<Child>, String> {
 }
 
 async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, String> {
-    let kc = fresh_cluster()?;
+    let kc = fresh_cluster(system)?;
     let c = client(&kc).await;
     let mut proc_ = start(system, &kc)?;
+    if system == "kro" {
+        install_kro_rgd(&kc).await?;
+    }
     // Every system, the floor included, starts its waves after the same settle time: a
     // freshly started API server is still busy with its own start-up for a few seconds.
     tokio::time::sleep(Duration::from_secs(8)).await;
