@@ -364,7 +364,7 @@ fn start(system: &str, kc: &str) -> Result<Option<Child>, String> {
         std::fs::File::create(logs.join(format!("{system}.log"))).map_err(|e| e.to_string())?;
     let mut cmd = match system {
         "floor" => return Ok(None),
-        "ruleop" => {
+        "ruleop" | "ruleop-warnings" => {
             let mut c = Command::new(format!("{ROOT}/target/release/ruleop"));
             c.args([
                 "run",
@@ -375,6 +375,9 @@ fn start(system: &str, kc: &str) -> Result<Option<Child>, String> {
                 "--admin-addr",
                 "127.0.0.1:0",
             ]);
+            if system == "ruleop-warnings" {
+                c.arg("--events=warnings");
+            }
             c.env("RUST_LOG", "warn");
             c
         }
@@ -563,7 +566,7 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(60);
     let systems = std::env::var("RULEOP_BENCH_SYSTEMS")
-        .unwrap_or_else(|_| "floor,ruleop,controller-runtime,kopf,kro".into());
+        .unwrap_or_else(|_| "floor,ruleop,ruleop-warnings,controller-runtime,kopf,kro".into());
     let mut results: Vec<Figures> = Vec::new();
     for s in systems.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         eprintln!("bench: {s} with N={n} ...");

@@ -97,29 +97,8 @@ async fn the_api_server_stopped_for_30s_mid_wave_then_every_resource_converges()
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
-    let cluster = Cluster::start();
+    let cluster = Cluster::with_websites("fault");
     let kc = cluster.kubeconfig.clone();
-    cluster.kubectl(
-        &[
-            "apply",
-            "-f",
-            concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/deploy/crds/websites.example.com.yaml"
-            ),
-        ],
-        None,
-    );
-    cluster.kubectl(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/websites.example.com",
-            "--timeout=60s",
-        ],
-        None,
-    );
-    cluster.kubectl(&["create", "namespace", "fault"], None);
     let mut op = Operator::start_with_env(
         "fault",
         &["rules/website.yaml"],
@@ -183,29 +162,8 @@ async fn the_api_server_stopped_for_30s_mid_wave_then_every_resource_converges()
 #[tokio::test]
 async fn etcd_and_the_api_server_restarted_with_compaction_then_relist_and_no_leftovers() {
     let _heavy = HEAVY.lock().await;
-    let cluster = Cluster::start();
+    let cluster = Cluster::with_websites("fault");
     let kc = cluster.kubeconfig.clone();
-    cluster.kubectl(
-        &[
-            "apply",
-            "-f",
-            concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/deploy/crds/websites.example.com.yaml"
-            ),
-        ],
-        None,
-    );
-    cluster.kubectl(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/websites.example.com",
-            "--timeout=60s",
-        ],
-        None,
-    );
-    cluster.kubectl(&["create", "namespace", "fault"], None);
     let op = Operator::start_with_env(
         "fault",
         &["rules/website.yaml"],

@@ -5,24 +5,12 @@ mod common;
 
 use common::{
     Operator, condition, eventually, get_json, install_crds, kubectl, kubectl_ok, manifest_in,
+    wait_json,
 };
 use serde_json::{Value, json};
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
-
-async fn wait_json(
-    kind: &str,
-    ns: &str,
-    name: &str,
-    what: &str,
-    pred: impl Fn(&Value) -> bool,
-) -> Value {
-    eventually(T, &format!("{kind}/{name}: {what}"), || async {
-        get_json(kind, ns, name).filter(|v| pred(v))
-    })
-    .await
-}
 
 async fn wait_gone(kind: &str, ns: &str, name: &str) {
     eventually(T, &format!("{kind}/{name} gone"), || async {

@@ -5,25 +5,12 @@ mod common;
 
 use common::{
     Operator, condition, eventually, get_json, http_get, install_crds, kubectl, kubectl_ok,
-    manifest_in,
+    manifest_in, wait_json,
 };
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(60);
-
-async fn wait_json(
-    kind: &str,
-    ns: &str,
-    name: &str,
-    what: &str,
-    pred: impl Fn(&Value) -> bool,
-) -> Value {
-    eventually(T, &format!("{kind}/{name}: {what}"), || async {
-        get_json(kind, ns, name).filter(|v| pred(v))
-    })
-    .await
-}
 
 fn website(ns: &str, name: &str) -> String {
     json!({"apiVersion": "example.com/v1", "kind": "WebSite", "metadata": {"name": name, "namespace": ns}, "spec": {"image": "nginx:1.27", "replicas": 1}}).to_string()

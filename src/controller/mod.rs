@@ -58,10 +58,23 @@ pub struct RunArgs {
     /// Seconds between rechecks of the rules files, besides file-change notifications.
     #[arg(long, default_value_t = 10)]
     pub rules_poll_seconds: u64,
+    /// Which Events to publish on custom resources: `all` (children created, updated,
+    /// pruned, and problems), `warnings` (problems only: each Normal Event is one more
+    /// write per change, which at scale the API server feels), or `none`.
+    #[arg(long, value_enum, default_value = "all")]
+    pub events: EventLevel,
     /// Seconds after which the API server ends each watch (it is then resumed). A watch
     /// connection silent for this long plus 10 s is dropped and re-established.
     #[arg(long, default_value_t = 290)]
     pub watch_timeout_seconds: u32,
+}
+
+/// Which Events ruleop publishes.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventLevel {
+    All,
+    Warnings,
+    None,
 }
 
 /// Errors that stop `ruleop run`.
@@ -168,6 +181,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         discovery_retry: Duration::from_secs(3),
         namespace: args.namespace.clone(),
         watch_timeout: args.watch_timeout_seconds,
+        events: args.events,
         metrics: metrics.clone(),
         reporter: kube::runtime::events::Reporter {
             controller: "ruleop".into(),

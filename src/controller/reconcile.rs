@@ -45,6 +45,7 @@ pub struct Ctx {
     pub resync: Duration,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
+    pub events: super::EventLevel,
 }
 
 /// A reconcile that must be retried.
@@ -103,6 +104,14 @@ async fn event(
     note: String,
     child: Option<ObjectReference>,
 ) {
+    let wanted = match ctx.events {
+        super::EventLevel::All => true,
+        super::EventLevel::Warnings => type_ == EventType::Warning,
+        super::EventLevel::None => false,
+    };
+    if !wanted {
+        return;
+    }
     let reference = cr.object_ref(&ctx.parent.resource);
     let ev = Event {
         type_,
@@ -217,18 +226,24 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
         }
     }
     write_status(&ctx, &cr, &cr_json, &observed, &sync).await?;
-    // One Event per kind of change, after the status: it names every child it covers.
-    for reason in ["Created", "Updated"] {
-        let names: Vec<&str> = applied
-            .iter()
-            .filter(|(r, _)| *r == reason)
-            .map(|(_, n)| n.as_str())
-            .collect();
-        if !names.is_empty() {
-            let note = names.join(", ");
-            let action = truncate(format!("Apply {note}"), 120);
-            event(&ctx, &cr, EventType::Normal, reason, &action, note, None).await;
-        }
+    // One Event per kind of change, naming every child it covers; published off the
+    // reconcile path, so that it never delays this or another resource's convergence.
+    if !applied.is_empty() && ctx.events == super::EventLevel::All {
+        let (ctx, cr) = (ctx.clone(), cr.clone());
+        tokio::spawn(async move {
+            for reason in ["Created", "Updated"] {
+                let names: Vec<&str> = applied
+                    .iter()
+                    .filter(|(r, _)| *r == reason)
+                    .map(|(_, n)| n.as_str())
+                    .collect();
+                if !names.is_empty() {
+                    let note = names.join(", ");
+                    let action = truncate(format!("Apply {note}"), 120);
+                    event(&ctx, &cr, EventType::Normal, reason, &action, note, None).await;
+                }
+            }
+        });
     }
     if let Ok(mut f) = ctx.failures.lock() {
         f.remove(&key_of(&cr));
@@ -261,7 +276,9 @@ async fn apply_children(
     observed: &mut HashMap<String, Value>,
     applied: &mut Vec<(&'static str, String)>,
 ) -> Result<Sync, ReconcileError> {
-    let mut refused = Vec::new();
+    // Decide first (no request), then send every apply at once: the children of one
+    // resource are independent, and a reconcile is mostly waiting on the API server.
+    let mut pending = Vec::new();
     for c in children {
         let Some(i) = child_index(&ctx.rule, &c.id) else {
             continue;
@@ -273,14 +290,20 @@ async fn apply_children(
             .get(&oref)
             .and_then(|o| serde_json::to_value(&*o).ok());
         let key = ObjectKey::of(c);
-        if !apply::needs_apply(c, live.as_ref(), ctx.memo.get(&key).as_ref()) {
-            continue;
+        if apply::needs_apply(c, live.as_ref(), ctx.memo.get(&key).as_ref()) {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(ctx.client.clone(), ns, &kind.resolved.resource);
+            pending.push((c, key, live.is_some(), api));
         }
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(ctx.client.clone(), ns, &kind.resolved.resource);
-        match apply::apply(&api, c).await {
+    }
+    let results =
+        futures::future::join_all(pending.iter().map(|(c, _, _, api)| apply::apply(api, c))).await;
+    let mut refused = Vec::new();
+    let mut transient = None;
+    for ((c, key, existed, _), result) in pending.into_iter().zip(results) {
+        match result {
             Ok(obj) => {
-                let (action, reason) = if live.is_some() {
+                let (action, reason) = if existed {
                     ("update", "Updated")
                 } else {
                     ("create", "Created")
@@ -297,8 +320,11 @@ async fn apply_children(
                 }
             }
             Err(e) if e.is_refused() => refused.push(e.to_string()),
-            Err(e) => return Err(ReconcileError::Apply(e)),
+            Err(e) => transient = transient.or(Some(e)),
         }
+    }
+    if let Some(e) = transient {
+        return Err(ReconcileError::Apply(e));
     }
     Ok(if refused.is_empty() {
         Sync::Ok

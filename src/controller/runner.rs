@@ -32,6 +32,8 @@ pub struct Options {
     pub namespace: Option<String>,
     /// Server-side timeout of every watch, in seconds.
     pub watch_timeout: u32,
+    /// Which Events to publish.
+    pub events: super::EventLevel,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Who the Events ruleop publishes come from.
     pub reporter: kube::runtime::events::Reporter,
@@ -350,6 +352,7 @@ async fn run(
         failures: Default::default(),
         resync: opts.resync,
         metrics: opts.metrics.clone(),
+        events: opts.events,
         recorder: kube::runtime::events::Recorder::new(client.clone(), opts.reporter.clone()),
     });
 

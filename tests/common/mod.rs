@@ -376,6 +376,33 @@ impl Cluster {
         .await;
     }
 
+    /// A cluster of its own with the WebSite CRD and a namespace `ns`.
+    pub fn with_websites(ns: &str) -> Cluster {
+        let c = Cluster::start();
+        c.kubectl(
+            &[
+                "apply",
+                "-f",
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/deploy/crds/websites.example.com.yaml"
+                ),
+            ],
+            None,
+        );
+        c.kubectl(
+            &[
+                "wait",
+                "--for=condition=Established",
+                "crd/websites.example.com",
+                "--timeout=60s",
+            ],
+            None,
+        );
+        c.kubectl(&["create", "namespace", ns], None);
+        c
+    }
+
     pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
         let (ok, out, err) = kubectl_at(&self.kubeconfig, args, stdin);
         assert!(ok, "kubectl {args:?}: {err}");
@@ -392,4 +419,20 @@ impl Drop for Cluster {
         .env("RULEOP_CLUSTER_DIR", &self.dir)
         .output();
     }
+}
+
+/// Waits up to a minute for an object that satisfies `pred`.
+pub async fn wait_json(
+    kind: &str,
+    ns: &str,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    eventually(
+        Duration::from_secs(60),
+        &format!("{kind}/{name}: {what}"),
+        || async { get_json(kind, ns, name).filter(|v| pred(v)) },
+    )
+    .await
 }
