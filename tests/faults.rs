@@ -385,19 +385,46 @@ async fn another_field_manager_is_left_alone_and_nothing_flaps() {
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     let writes = metric(&op, &addr, "ruleop_writes_total");
-    let d0 = get_json("deployment", &ns, "m-web").unwrap();
+    let with_fields = || -> Value {
+        let out = kubectl_ok(
+            &[
+                "get",
+                "deployment",
+                "m-web",
+                "-n",
+                &ns,
+                "-o",
+                "json",
+                "--show-managed-fields",
+            ],
+            None,
+        );
+        serde_json::from_str(&out).unwrap()
+    };
+    let d0 = with_fields();
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let d1 = get_json("deployment", &ns, "m-web").unwrap();
+    let d1 = with_fields();
     let s1 = get_json("service", &ns, "m-web").unwrap();
     assert_eq!(
         metric(&op, &addr, "ruleop_writes_total"),
         writes,
         "ruleop wrote after another manager's edit"
     );
+    // The Deployment controller may still write its status; the spec must not move, nor
+    // ruleop's own entry in the managed fields.
+    let ruleop_entry = |d: &Value| {
+        d["metadata"]["managedFields"].as_array().and_then(|m| {
+            m.iter()
+                .find(|e| e["manager"] == "ruleop" && e["operation"] == "Apply")
+                .cloned()
+        })
+    };
     assert_eq!(
-        d1["metadata"]["resourceVersion"], d0["metadata"]["resourceVersion"],
-        "no flapping"
+        d1["metadata"]["generation"], d0["metadata"]["generation"],
+        "no flapping of the spec"
     );
+    assert!(ruleop_entry(&d0).is_some());
+    assert_eq!(ruleop_entry(&d1), ruleop_entry(&d0), "no ruleop write");
     assert_eq!(d1["metadata"]["annotations"]["team"], "payments");
     assert_eq!(d1["spec"]["revisionHistoryLimit"], 3);
     assert_eq!(s1["metadata"]["labels"]["cost-center"], "42");
