@@ -21,5 +21,6 @@ trap cleanup EXIT
 export KUBECONFIG="$kubeconfig"
 export RUST_BACKTRACE=1
 cargo build --bins --quiet
-cargo test --all-targets -- --test-threads "${RULEOP_TEST_THREADS:-4}"
+# Unit and integration tests (benches are built by `make lint` and run by `make bench`).
+cargo test --lib --bins --tests -- --test-threads "${RULEOP_TEST_THREADS:-4}"
 tests/cluster/selftest.sh
