@@ -38,11 +38,12 @@ check-rules:
 test-long:
 	RULEOP_FAULT_N=1000 RULEOP_STEADY_SECONDS=120 tests/run.sh
 
-## fuzz: each cargo-fuzz target for FUZZ_SECONDS (needs the nightly toolchain and cargo-fuzz).
+## fuzz: each cargo-fuzz target for FUZZ_SECONDS (needs the nightly toolchain and cargo-fuzz). New inputs go to
+## fuzz/work/ (ignored); the committed seed corpus in fuzz/corpus/ stays small.
 fuzz:
 	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	cd fuzz && for t in rules_loader render; do \
-	  $(CARGO) +nightly fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; \
+	  mkdir -p work/$$t && $(CARGO) +nightly fuzz run $$t work/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; \
 	done
 
 ## bench: ruleop against the floor, controller-runtime, kopf and kro (N WebSites; see BENCHMARKS.md).
