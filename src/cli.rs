@@ -162,11 +162,7 @@ fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     print_errors(&errors);
     for r in &loaded {
         let w = &r.watch;
-        let gv = if w.group.is_empty() {
-            w.version.clone()
-        } else {
-            format!("{}/{}", w.group, w.version)
-        };
+        let gv = w.api_version();
         let kinds: Vec<String> = r
             .children
             .iter()
@@ -271,12 +267,7 @@ fn pick_rule<'a>(
         .iter()
         .map(|r| &**r)
         .filter(|r| {
-            let gv = if r.watch.group.is_empty() {
-                r.watch.version.clone()
-            } else {
-                format!("{}/{}", r.watch.group, r.watch.version)
-            };
-            gv == api_version
+            r.watch.api_version() == api_version
                 && (r.watch.resource == format!("{kind}s")
                     || r.watch.resource == format!("{kind}es")
                     || r.watch.resource == kind)

@@ -180,20 +180,6 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
                 if let Some(uid) = &uid {
                     prune_children(&ctx, &cr, &ns, uid, &children).await?;
                 }
-                for c in &children {
-                    if !observed.contains_key(&c.id) {
-                        let kind = &ctx.kinds[child_index(rule, &c.id)
-                            .map(|i| ctx.child_kind[i])
-                            .unwrap_or(0)];
-                        let oref = ObjectRef::new_with(&c.name, kind.resolved.resource.clone())
-                            .within(&ns);
-                        if let Some(live) = kind.store.get(&oref)
-                            && let Ok(v) = serde_json::to_value(&*live)
-                        {
-                            observed.insert(c.id.clone(), v);
-                        }
-                    }
-                }
                 sync
             }
         },
@@ -268,7 +254,8 @@ fn scope_problem(ctx: &Ctx, children: &[Rendered]) -> Option<String> {
     })
 }
 
-/// Applies what differs; records each write in `applied` as (Created|Updated, "Kind name").
+/// Applies what differs; records each write in `applied` as (Created|Updated, "Kind name")
+/// and each child's live object (the apply's answer, or the cached one) in `observed`.
 async fn apply_children(
     ctx: &Ctx,
     ns: &str,
@@ -293,17 +280,19 @@ async fn apply_children(
         if apply::needs_apply(c, live.as_ref(), ctx.memo.get(&key).as_ref()) {
             let api: Api<DynamicObject> =
                 Api::namespaced_with(ctx.client.clone(), ns, &kind.resolved.resource);
-            pending.push((c, key, live.is_some(), api));
+            pending.push((c, key, live, api));
+        } else if let Some(live) = live {
+            observed.insert(c.id.clone(), live);
         }
     }
     let results =
         futures::future::join_all(pending.iter().map(|(c, _, _, api)| apply::apply(api, c))).await;
     let mut refused = Vec::new();
     let mut transient = None;
-    for ((c, key, existed, _), result) in pending.into_iter().zip(results) {
+    for ((c, key, live, _), result) in pending.into_iter().zip(results) {
         match result {
             Ok(obj) => {
-                let (action, reason) = if existed {
+                let (action, reason) = if live.is_some() {
                     ("update", "Updated")
                 } else {
                     ("create", "Created")
@@ -319,7 +308,13 @@ async fn apply_children(
                     observed.insert(c.id.clone(), v);
                 }
             }
-            Err(e) if e.is_refused() => refused.push(e.to_string()),
+            Err(e) if e.is_refused() => {
+                refused.push(e.to_string());
+                // The status still reports what is there.
+                if let Some(live) = live {
+                    observed.insert(c.id.clone(), live);
+                }
+            }
             Err(e) => transient = transient.or(Some(e)),
         }
     }

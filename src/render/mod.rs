@@ -166,9 +166,9 @@ pub fn render_child(
     if let Some(owner) = &scope.owner {
         meta.insert("ownerReferences".into(), Value::Array(vec![owner.clone()]));
     }
-    let size = serde_json::to_vec(&object)
-        .map(|b| b.len())
-        .unwrap_or(usize::MAX);
+    // One serialization serves the size cap and the hash.
+    let bytes = serde_json::to_vec(&object).unwrap_or_default();
+    let size = bytes.len();
     if size > crate::rules::program::MAX_OBJECT_BYTES {
         return Err(RenderError::Eval {
             child: child.id.clone(),
@@ -179,7 +179,7 @@ pub fn render_child(
             ),
         });
     }
-    let hash = hash_of(&object);
+    let hash = hash_bytes(&bytes);
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         let ann = meta
             .entry("annotations")
@@ -201,7 +201,10 @@ pub fn render_child(
 
 /// A short stable hash of a JSON value.
 pub fn hash_of(v: &Value) -> String {
-    let bytes = serde_json::to_vec(v).unwrap_or_default();
+    hash_bytes(&serde_json::to_vec(v).unwrap_or_default())
+}
+
+fn hash_bytes(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
         .take(10)

@@ -35,6 +35,17 @@ pub struct WatchSpec {
     pub resource: String,
 }
 
+impl WatchSpec {
+    /// `group/version`, or `version` alone for the core group (as `apiVersion` is written).
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
 /// One child object: a structured template with an optional condition.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
