@@ -7,16 +7,19 @@
 //! when every Deployment has it and every status is current), and a steady-state window.
 //! Writes come from `apiserver_request_total`; peak RSS and CPU seconds from /proc.
 //! Env: RULEOP_BENCH_N (default 1000), RULEOP_BENCH_STEADY_SECONDS (60),
-//! RULEOP_BENCH_SYSTEMS (default: floor,ruleop,controller-runtime,kopf,kro).
+//! RULEOP_BENCH_SYSTEMS (default: floor,ruleop,controller-runtime,kopf,kro),
+//! RULEOP_BENCH_PROFILE=SECONDS (profiles of the API server and ruleop over the create wave,
+//! in target/bench/profiles/, and the server's time per verb and resource).
 
 use futures::{StreamExt, stream};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::{Client, Config};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -219,55 +222,211 @@ fn delta(
     (w, ev)
 }
 
+/// API-server figures for diagnosis (RULEOP_BENCH_PROFILE): seconds the server spent on
+/// requests, by verb and resource, and watch events it sent, by kind.
+async fn server_figures(c: &Client) -> BTreeMap<String, f64> {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = c.request_text(req).await.unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some((head, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(v) = value.parse::<f64>() else {
+            continue;
+        };
+        let label = |k: &str| {
+            head.split(&format!("{k}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string()
+        };
+        let key = if head.starts_with("apiserver_request_duration_seconds_sum{") {
+            format!(
+                "server seconds {} {}{}",
+                label("verb"),
+                label("resource"),
+                match label("subresource").as_str() {
+                    "" => String::new(),
+                    s => format!("/{s}"),
+                }
+            )
+        } else if head.starts_with("apiserver_watch_events_total{") {
+            format!("watch events {}", label("kind"))
+        } else if head.starts_with("apiserver_watch_events_sizes_sum{") {
+            format!("watch bytes {}", label("kind"))
+        } else {
+            continue;
+        };
+        *out.entry(key).or_default() += v;
+    }
+    out
+}
+
+/// RULEOP_BENCH_PROFILE: a CPU profile of the API server (its pprof endpoint) and, for
+/// ruleop, of the operator (`perf record`), over the first `secs` of the create wave.
+fn start_profiles(
+    c: &Client,
+    system: &str,
+    pid: Option<u32>,
+    secs: u64,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let dir = Path::new(ROOT).join("target/bench/profiles");
+    let _ = std::fs::create_dir_all(&dir);
+    let mut tasks = Vec::new();
+    let (c2, out) = (c.clone(), dir.join(format!("{system}-apiserver.pprof")));
+    tasks.push(tokio::spawn(async move {
+        let req = http::Request::get(format!("/debug/pprof/profile?seconds={secs}"))
+            .body(Vec::new())
+            .unwrap();
+        match c2.request_stream(req).await {
+            Ok(body) => {
+                use futures::AsyncReadExt;
+                let mut bytes = Vec::new();
+                let mut body = body;
+                let _ = body.read_to_end(&mut bytes).await;
+                let _ = std::fs::write(&out, bytes);
+            }
+            Err(e) => eprintln!("  profile of the API server: {e}"),
+        }
+    }));
+    if let (Some(pid), true) = (pid, system.starts_with("ruleop")) {
+        let out = dir.join(format!("{system}.perf.data"));
+        tasks.push(tokio::task::spawn_blocking(move || {
+            let r = Command::new("perf")
+                .args(["record", "-F", "997", "--call-graph", "dwarf,16384", "-o"])
+                .arg(&out)
+                .args(["-p", &pid.to_string(), "--", "sleep", &secs.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            if let Err(e) = r {
+                eprintln!("  perf record: {e}");
+            }
+        }));
+    }
+    tasks
+}
+
 fn website(i: usize, image: &str) -> Value {
     json!({"apiVersion": "example.com/v1", "kind": "WebSite", "metadata": {"name": format!("s{i}"), "namespace": NS},
            "spec": {"image": image, "replicas": 1, "port": 80, "serviceType": "ClusterIP"}})
 }
 
-/// Whether every WebSite is current and every child has `image`.
-async fn converged(c: &Client, n: usize, image: &str, generation: i64) -> bool {
-    let sites: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &website_ar());
-    let deps: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(c.clone(), NS);
-    let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(c.clone(), NS);
-    let lp = kube::api::ListParams::default();
-    let (Ok(s), Ok(d), Ok(v)) = (
-        sites.list(&lp).await,
-        deps.list(&lp).await,
-        svcs.list(&lp).await,
-    ) else {
-        return false;
-    };
-    s.items.len() == n
-        && v.items.len() == n
-        && d.items.len() == n
-        && s.items
-            .iter()
-            .all(|w| w.data["status"]["observedGeneration"] == json!(generation))
-        && d.items.iter().all(|x| {
-            x.spec
-                .as_ref()
-                .and_then(|s| s.template.spec.as_ref())
-                .map(|p| p.containers[0].image.as_deref() == Some(image))
-                .unwrap_or(false)
+/// What the benchmark sees of the namespace, from its own watches (not polling: listing
+/// 3N objects every few hundred milliseconds would load the API server more the longer a
+/// system takes, and so penalize the slow ones twice).
+#[derive(Default)]
+struct Seen {
+    /// WebSite → status.observedGeneration.
+    sites: HashMap<String, Option<i64>>,
+    /// Deployment → its first container's image.
+    deps: HashMap<String, Option<String>>,
+    services: HashSet<String>,
+}
+
+impl Seen {
+    /// Whether every WebSite is current and every child has `image`.
+    fn converged(&self, n: usize, image: &str, generation: i64) -> bool {
+        self.sites.len() == n
+            && self.deps.len() == n
+            && self.services.len() == n
+            && self.sites.values().all(|g| *g == Some(generation))
+            && self.deps.values().all(|i| i.as_deref() == Some(image))
+    }
+}
+
+/// Starts the watches that fill `Seen`; they stop with the returned handles.
+fn watch_namespace(c: &Client) -> (Arc<Mutex<Seen>>, Vec<tokio::task::JoinHandle<()>>) {
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    fn follow<K, F>(api: Api<K>, seen: Arc<Mutex<Seen>>, f: F) -> tokio::task::JoinHandle<()>
+    where
+        K: kube::Resource
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+        F: Fn(&mut Seen, &K, bool) + Send + 'static,
+    {
+        tokio::spawn(async move {
+            let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+            let mut stream = std::pin::pin!(stream);
+            while let Some(ev) = stream.next().await {
+                let mut s = seen.lock().unwrap();
+                match ev {
+                    Ok(Event::Apply(o) | Event::InitApply(o)) => f(&mut s, &o, true),
+                    Ok(Event::Delete(o)) => f(&mut s, &o, false),
+                    _ => {}
+                }
+            }
         })
+    }
+    let name = |m: &kube::api::ObjectMeta| m.name.clone().unwrap_or_default();
+    let tasks = vec![
+        follow(
+            Api::<DynamicObject>::namespaced_with(c.clone(), NS, &website_ar()),
+            seen.clone(),
+            move |s, o: &DynamicObject, live| {
+                if live {
+                    let g = o.data["status"]["observedGeneration"].as_i64();
+                    s.sites.insert(name(&o.metadata), g);
+                } else {
+                    s.sites.remove(&name(&o.metadata));
+                }
+            },
+        ),
+        follow(
+            Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(c.clone(), NS),
+            seen.clone(),
+            move |s, o, live| {
+                if live {
+                    let image = o
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.template.spec.as_ref())
+                        .and_then(|p| p.containers.first())
+                        .and_then(|c| c.image.clone());
+                    s.deps.insert(name(&o.metadata), image);
+                } else {
+                    s.deps.remove(&name(&o.metadata));
+                }
+            },
+        ),
+        follow(
+            Api::<k8s_openapi::api::core::v1::Service>::namespaced(c.clone(), NS),
+            seen.clone(),
+            move |s, o, live| {
+                if live {
+                    s.services.insert(name(&o.metadata));
+                } else {
+                    s.services.remove(&name(&o.metadata));
+                }
+            },
+        ),
+    ];
+    (seen, tasks)
 }
 
 async fn wait_converged(
-    c: &Client,
+    seen: &Mutex<Seen>,
     n: usize,
     image: &str,
     generation: i64,
     start: Instant,
 ) -> Result<f64, String> {
     loop {
-        if converged(c, n, image, generation).await {
+        if seen.lock().unwrap().converged(n, image, generation) {
             return Ok(start.elapsed().as_secs_f64());
         }
         if start.elapsed() > Duration::from_secs(900) {
             return Err("did not converge within 15 minutes".into());
         }
-        // Poll often enough to time the wave, not so often that listing loads the server.
-        tokio::time::sleep(Duration::from_millis(100 + n as u64 / 10)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -469,9 +628,44 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
     let rule = rules[0].clone();
     let sites: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &website_ar());
     let is_floor = system == "floor";
+    let (seen, watches) = watch_namespace(&c);
 
     // Create wave.
+    let profile = std::env::var("RULEOP_BENCH_PROFILE")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok());
+    let s0 = server_figures(&c).await;
+    // CPU seconds of each process during the wave: the API server, etcd, this client, the
+    // system under test.
+    let pids = || -> Vec<(&'static str, u32)> {
+        let pid_of = |f: &str| {
+            std::fs::read_to_string(cluster_dir().join("pids").join(f))
+                .ok()
+                .and_then(|p| p.trim().parse().ok())
+        };
+        let mut v = Vec::new();
+        if let Some(p) = pid_of("kube-apiserver.pid") {
+            v.push(("kube-apiserver", p));
+        }
+        if let Some(p) = pid_of("etcd.pid") {
+            v.push(("etcd", p));
+        }
+        v.push(("bench client", std::process::id()));
+        v
+    };
+    let mut watched_pids = pids();
+    if let Some(p) = proc_.as_ref() {
+        watched_pids.push(("system", p.id()));
+    }
+    let cpu0: Vec<Option<f64>> = watched_pids
+        .iter()
+        .map(|(_, p)| proc_figures(*p).1)
+        .collect();
     let w0 = writes(&c).await;
+    let profiles = match profile {
+        Some(secs) => start_profiles(&c, system, proc_.as_ref().map(Child::id), secs),
+        None => Vec::new(),
+    };
     let t0 = Instant::now();
     stream::iter(0..n)
         .map(|i| {
@@ -491,9 +685,29 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
     if std::env::var_os("RULEOP_BENCH_DEBUG").is_some() {
         eprintln!("  client done after {:?}", t0.elapsed());
     }
-    let create_seconds = wait_converged(&c, n, "nginx:1", 1, t0).await?;
+    let create_seconds = wait_converged(&seen, n, "nginx:1", 1, t0).await?;
     let w1 = writes(&c).await;
     let (cw, cev) = delta(&w0, &w1, &[("websites", "", "POST", n as f64)]);
+    if profile.is_some() {
+        for ((what, p), before) in watched_pids.iter().zip(&cpu0) {
+            if let (Some(a), (_, Some(b))) = (before, proc_figures(*p)) {
+                eprintln!(
+                    "  {system} create wave: CPU seconds of {what}: {:.2}",
+                    b - a
+                );
+            }
+        }
+        let s1 = server_figures(&c).await;
+        for (k, v) in &s1 {
+            let d = v - s0.get(k).copied().unwrap_or(0.0);
+            if d > 0.0 {
+                eprintln!("  {system} create wave: {k}: {d:.2}");
+            }
+        }
+        for t in profiles {
+            let _ = t.await;
+        }
+    }
 
     // Update wave.
     let t0 = Instant::now();
@@ -520,7 +734,7 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
         .buffer_unordered(CONCURRENCY)
         .collect::<Vec<_>>()
         .await;
-    let update_seconds = wait_converged(&c, n, "nginx:2", 2, t0).await?;
+    let update_seconds = wait_converged(&seen, n, "nginx:2", 2, t0).await?;
     let w2 = writes(&c).await;
     let (uw, _) = delta(&w1, &w2, &[("websites", "", "PATCH", n as f64)]);
 
@@ -533,6 +747,9 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
         .as_ref()
         .map(|p| proc_figures(p.id()))
         .unwrap_or((None, None));
+    for w in watches {
+        w.abort();
+    }
     if let Some(mut p) = proc_ {
         let _ = p.kill();
         let _ = p.wait();

@@ -4,6 +4,7 @@
 
 pub mod discovery;
 pub mod leader;
+pub mod owners;
 pub mod reconcile;
 pub mod reload;
 pub mod runner;

@@ -5,6 +5,7 @@
 
 use crate::apply::{self, ApplyError, Memo, ObjectKey, Written};
 use crate::controller::discovery::Resolved;
+use crate::controller::owners::{OwnerIndex, controller_uid};
 use crate::metrics::Metrics;
 use crate::render::{self, CHILD_LABEL, FIELD_MANAGER, Rendered};
 use crate::rules::CompiledRule;
@@ -24,6 +25,8 @@ use std::time::Duration;
 pub struct ChildKind {
     pub resolved: Resolved,
     pub store: Store<DynamicObject>,
+    /// The cached children of each custom resource.
+    pub owners: Arc<OwnerIndex>,
 }
 
 /// Everything a reconcile of one rule's custom resources needs.
@@ -38,7 +41,7 @@ pub struct Ctx {
     /// Our recent child writes.
     pub memo: Arc<Memo>,
     /// Our recent status writes.
-    pub status_memo: Memo,
+    pub status_memo: Arc<StatusMemo>,
     /// Consecutive failures per custom resource, for backoff.
     pub failures: Mutex<HashMap<String, u32>>,
     /// How often a healthy custom resource is checked again with no event.
@@ -46,6 +49,32 @@ pub struct Ctx {
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     pub events: super::EventLevel,
+}
+
+/// The status we last wrote to each custom resource, with the resourceVersion it got.
+/// While the cache has not caught up with that write, a reconcile compares with it and
+/// merges its conditions into it (keeping their transition times), instead of taking the
+/// stale cached status for a difference and writing again.
+#[derive(Default)]
+pub struct StatusMemo {
+    inner: Mutex<HashMap<ObjectKey, (String, Value)>>,
+}
+
+impl StatusMemo {
+    fn get(&self, k: &ObjectKey) -> Option<(String, Value)> {
+        self.inner.lock().ok()?.get(k).cloned()
+    }
+    fn put(&self, k: ObjectKey, resource_version: String, status: Value) {
+        if let Ok(mut m) = self.inner.lock() {
+            m.insert(k, (resource_version, status));
+        }
+    }
+    /// Forgets a deleted custom resource.
+    pub fn forget(&self, k: &ObjectKey) {
+        if let Ok(mut m) = self.inner.lock() {
+            m.remove(k);
+        }
+    }
 }
 
 /// A reconcile that must be retried.
@@ -331,15 +360,6 @@ async fn apply_children(
     })
 }
 
-fn controller_uid(o: &DynamicObject) -> Option<&str> {
-    o.metadata
-        .owner_references
-        .as_ref()?
-        .iter()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.as_str())
-}
-
 async fn prune_children(
     ctx: &Ctx,
     cr: &DynamicObject,
@@ -355,14 +375,15 @@ async fn prune_children(
             .map(|c| c.name.as_str())
             .collect();
         let stale: Vec<Arc<DynamicObject>> = kind
-            .store
-            .state()
+            .owners
+            .children_of(uid)
             .into_iter()
-            .filter(|o| {
-                o.namespace().as_deref() == Some(ns)
-                    && controller_uid(o) == Some(uid)
-                    && !keep.contains(o.name_any().as_str())
+            .filter(|(child_ns, name)| child_ns == ns && !keep.contains(name.as_str()))
+            .filter_map(|(child_ns, name)| {
+                kind.store
+                    .get(&ObjectRef::new_with(&name, ar.clone()).within(&child_ns))
             })
+            .filter(|o| controller_uid(o) == Some(uid))
             .collect();
         for o in stale {
             let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, ar);
@@ -402,10 +423,10 @@ fn desired_status(
     ctx: &Ctx,
     cr: &DynamicObject,
     cr_json: &Value,
+    existing: Option<&Value>,
     observed: &HashMap<String, Value>,
     sync: &Sync,
 ) -> Value {
-    let existing = cr_json.get("status");
     let report = render::scope(&ctx.rule, cr_json)
         .ok()
         .map(|scope| status::compute(&ctx.rule, &scope, cr_json, observed));
@@ -490,23 +511,23 @@ async fn write_status(
     observed: &HashMap<String, Value>,
     sync: &Sync,
 ) -> Result<(), ReconcileError> {
-    let status = desired_status(ctx, cr, cr_json, observed, sync);
-    if cr_json.get("status") == Some(&status) {
-        return Ok(());
-    }
     let key = ObjectKey {
         api_version: ctx.parent.resource.api_version.clone(),
         kind: ctx.parent.resource.kind.clone(),
         namespace: cr.namespace().unwrap_or_default(),
         name: cr.name_any(),
     };
-    let hash = render::hash_of(&status);
     let live_rv = cr.resource_version().unwrap_or_default();
-    if let Some(w) = ctx.status_memo.get(&key)
-        && w.hash == hash
-        && apply::not_newer(&live_rv, &w.resource_version)
-    {
-        return Ok(()); // our own write of this very status, not yet in the cache
+    // What the resource's status is: our last write while the cache lags behind it.
+    let ours = ctx
+        .status_memo
+        .get(&key)
+        .filter(|(rv, _)| apply::not_newer(&live_rv, rv))
+        .map(|(_, status)| status);
+    let current = ours.as_ref().or(cr_json.get("status"));
+    let status = desired_status(ctx, cr, cr_json, current, observed, sync);
+    if current == Some(&status) {
+        return Ok(());
     }
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.parent.resource);
@@ -521,10 +542,8 @@ async fn write_status(
         .map_err(ReconcileError::Status)?;
     ctx.metrics.write(&ctx.rule.name, "status");
     tracing::debug!(rule = %ctx.rule.name, object = %key.name, namespace = %key.namespace, "status written");
-    ctx.status_memo.put(
-        key,
-        Written::now(hash, written.resource_version().unwrap_or_default()),
-    );
+    ctx.status_memo
+        .put(key, written.resource_version().unwrap_or_default(), status);
     Ok(())
 }
 

@@ -3,7 +3,8 @@
 //! label-selected, cached watch. Stops gracefully when told to.
 
 use super::discovery::{self, Resolved};
-use super::reconcile::{ChildKind, Ctx, error_policy, reconcile};
+use super::owners::OwnerIndex;
+use super::reconcile::{ChildKind, Ctx, StatusMemo, error_policy, reconcile};
 use crate::apply::{Memo, ObjectKey};
 use crate::render::RULE_LABEL;
 use crate::rules::CompiledRule;
@@ -277,7 +278,12 @@ async fn run(
     }
 
     let memo = Arc::new(Memo::default());
-    let ctx_status_memo = Memo::default();
+    let status_memo = Arc::new(StatusMemo::default());
+    let forget_status = status_memo.clone();
+    let (parent_api_version, parent_kind) = (
+        parent.resource.api_version.clone(),
+        parent.resource.kind.clone(),
+    );
     let parent_writer = Writer::<DynamicObject>::new(parent.resource.clone());
     let parent_reader = parent_writer.as_reader();
     let parent_api = scoped(&client, &parent.resource, opts.namespace.as_deref());
@@ -290,7 +296,17 @@ async fn run(
     )
     .backoff(watch_backoff())
     .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
-    .inspect_ok(move |ev| parent_sync.observe(0, ev))
+    .inspect_ok(move |ev| {
+        parent_sync.observe(0, ev);
+        if let watcher::Event::Delete(o) = ev {
+            forget_status.forget(&ObjectKey {
+                api_version: parent_api_version.clone(),
+                kind: parent_kind.clone(),
+                namespace: o.namespace().unwrap_or_default(),
+                name: o.name_any(),
+            });
+        }
+    })
     .reflect(parent_writer)
     .applied_objects();
 
@@ -307,6 +323,8 @@ async fn run(
     let mut child_kinds = Vec::new();
     for (i, k) in kinds.iter().enumerate() {
         let writer = Writer::<DynamicObject>::new(k.resource.clone());
+        let owners = Arc::new(OwnerIndex::default());
+        let index = owners.clone();
         let child_sync = sync.clone();
         let store = writer.as_reader();
         let api = scoped(&client, &k.resource, opts.namespace.as_deref());
@@ -322,6 +340,7 @@ async fn run(
         .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
         .inspect_ok(move |ev| {
             child_sync.observe(i + 1, ev);
+            index.observe(ev);
             // A deleted child must be recreated, not taken for a lagging cache.
             if let watcher::Event::Delete(o) = ev {
                 forget.forget(&ObjectKey {
@@ -338,6 +357,7 @@ async fn run(
         child_kinds.push(ChildKind {
             resolved: k.clone(),
             store,
+            owners,
         });
     }
 
@@ -348,7 +368,7 @@ async fn run(
         kinds: child_kinds,
         child_kind,
         memo,
-        status_memo: ctx_status_memo,
+        status_memo,
         failures: Default::default(),
         resync: opts.resync,
         metrics: opts.metrics.clone(),
