@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const NS: &str = "bench";
 const CONCURRENCY: usize = 64;
+/// ruleop's admin server during the benchmark (its /metrics are read with RULEOP_BENCH_PROFILE).
+const ADMIN_ADDR: &str = "127.0.0.1:18391";
 
 #[derive(Debug, Default, Clone, serde::Serialize)]
 struct Figures {
@@ -261,6 +263,18 @@ async fn server_figures(c: &Client) -> BTreeMap<String, f64> {
         };
         *out.entry(key).or_default() += v;
     }
+    out
+}
+
+/// ruleop's own /metrics (plain HTTP on its admin address).
+fn admin_metrics() -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(ADMIN_ADDR) else {
+        return String::new();
+    };
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: ruleop\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
     out
 }
 
@@ -532,7 +546,7 @@ fn start(system: &str, kc: &str) -> Result<Option<Child>, String> {
                 "--namespace",
                 NS,
                 "--admin-addr",
-                "127.0.0.1:0",
+                ADMIN_ADDR,
             ]);
             if system == "ruleop-warnings" {
                 c.arg("--events=warnings");
@@ -695,6 +709,13 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
                     "  {system} create wave: CPU seconds of {what}: {:.2}",
                     b - a
                 );
+            }
+        }
+        if system.starts_with("ruleop") {
+            for line in admin_metrics().lines().filter(|l| {
+                l.starts_with("ruleop_reconciles_total") || l.starts_with("ruleop_writes_total")
+            }) {
+                eprintln!("  {system} create wave: {line}");
             }
         }
         let s1 = server_figures(&c).await;

@@ -159,6 +159,20 @@ pub fn not_newer(observed: &str, written: &str) -> bool {
         || matches!((observed.parse::<u64>(), written.parse::<u64>()), (Ok(o), Ok(w)) if o <= w)
 }
 
+/// Whether the cache has not yet caught up with our last write to an object (it lacks the
+/// object, or holds an older version of it). A status computed from it now would be stale;
+/// the watch event that brings our write is on its way and triggers another reconcile.
+pub fn cache_behind(live: Option<&Value>, last: Option<&Written>) -> bool {
+    let Some(w) = last else { return false };
+    match live
+        .and_then(|l| l.pointer("/metadata/resourceVersion"))
+        .and_then(Value::as_str)
+    {
+        None => live.is_none() && w.at.elapsed() < CACHE_LAG_GRACE,
+        Some(rv) => rv != w.resource_version && not_newer(rv, &w.resource_version),
+    }
+}
+
 /// Whether `desired` must be applied, given the live object (if the cache has one) and
 /// our last write to it.
 pub fn needs_apply(desired: &Rendered, live: Option<&Value>, last: Option<&Written>) -> bool {
@@ -232,6 +246,34 @@ mod tests {
             object,
             hash,
         }
+    }
+
+    #[test]
+    fn the_cache_is_behind_until_it_shows_our_write() {
+        let w = Written::now("h".into(), "20".into());
+        let at = |rv: &str| json!({"metadata": {"resourceVersion": rv}});
+        assert!(
+            !cache_behind(None, None),
+            "nothing written, nothing awaited"
+        );
+        assert!(cache_behind(None, Some(&w)), "our create not cached yet");
+        assert!(
+            cache_behind(Some(&at("15")), Some(&w)),
+            "an older version cached"
+        );
+        assert!(!cache_behind(Some(&at("20")), Some(&w)), "our write cached");
+        assert!(
+            !cache_behind(Some(&at("25")), Some(&w)),
+            "a newer write cached"
+        );
+        let old = Written {
+            at: Instant::now() - CACHE_LAG_GRACE - Duration::from_secs(1),
+            ..w.clone()
+        };
+        assert!(
+            !cache_behind(None, Some(&old)),
+            "gone after the grace: not awaited"
+        );
     }
 
     #[test]

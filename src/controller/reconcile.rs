@@ -192,8 +192,15 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
     let uid = cr.uid();
     let mut observed: HashMap<String, Value> = HashMap::new();
     let mut applied: Vec<(&'static str, String)> = Vec::new();
+    let mut cache_behind = false;
 
-    let sync = match render::render(rule, &cr_json) {
+    // The template variables, built once for the children and the status.
+    let scope = render::scope(rule, &cr_json);
+    let rendered = scope
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|s| render::render_in(rule, s));
+    let sync = match rendered {
         Err(e) => Sync::Failed {
             reason: "RenderFailed",
             message: e.to_string(),
@@ -204,8 +211,15 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
                 message,
             },
             None => {
-                let sync =
-                    apply_children(&ctx, &ns, &children, &mut observed, &mut applied).await?;
+                let sync = apply_children(
+                    &ctx,
+                    &ns,
+                    &children,
+                    &mut observed,
+                    &mut applied,
+                    &mut cache_behind,
+                )
+                .await?;
                 if let Some(uid) = &uid {
                     prune_children(&ctx, &cr, &ns, uid, &children).await?;
                 }
@@ -240,7 +254,13 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
             .await;
         }
     }
-    write_status(&ctx, &cr, &cr_json, &observed, &sync).await?;
+    if cache_behind && sync == Sync::Ok {
+        // A child we wrote is not in the cache yet: its watch event triggers another
+        // reconcile, which writes the status from it (now it would be stale, and written twice).
+        tracing::debug!(rule = %rule.name, object = %key_of(&cr), "status waits for the cache to show our writes");
+    } else {
+        write_status(&ctx, &cr, &cr_json, scope.ok().as_ref(), &observed, &sync).await?;
+    }
     // One Event per kind of change, naming every child it covers; published off the
     // reconcile path, so that it never delays this or another resource's convergence.
     if !applied.is_empty() && ctx.events == super::EventLevel::All {
@@ -291,6 +311,7 @@ async fn apply_children(
     children: &[Rendered],
     observed: &mut HashMap<String, Value>,
     applied: &mut Vec<(&'static str, String)>,
+    cache_behind: &mut bool,
 ) -> Result<Sync, ReconcileError> {
     // Decide first (no request), then send every apply at once: the children of one
     // resource are independent, and a reconcile is mostly waiting on the API server.
@@ -306,12 +327,16 @@ async fn apply_children(
             .get(&oref)
             .and_then(|o| serde_json::to_value(&*o).ok());
         let key = ObjectKey::of(c);
-        if apply::needs_apply(c, live.as_ref(), ctx.memo.get(&key).as_ref()) {
+        let last = ctx.memo.get(&key);
+        if apply::needs_apply(c, live.as_ref(), last.as_ref()) {
             let api: Api<DynamicObject> =
                 Api::namespaced_with(ctx.client.clone(), ns, &kind.resolved.resource);
             pending.push((c, key, live, api));
-        } else if let Some(live) = live {
-            observed.insert(c.id.clone(), live);
+        } else {
+            *cache_behind |= apply::cache_behind(live.as_ref(), last.as_ref());
+            if let Some(live) = live {
+                observed.insert(c.id.clone(), live);
+            }
         }
     }
     let results =
@@ -423,13 +448,12 @@ fn desired_status(
     ctx: &Ctx,
     cr: &DynamicObject,
     cr_json: &Value,
+    scope: Option<&render::Scope>,
     existing: Option<&Value>,
     observed: &HashMap<String, Value>,
     sync: &Sync,
 ) -> Value {
-    let report = render::scope(&ctx.rule, cr_json)
-        .ok()
-        .map(|scope| status::compute(&ctx.rule, &scope, cr_json, observed));
+    let report = scope.map(|scope| status::compute(&ctx.rule, scope, cr_json, observed));
     let mut out = Map::new();
     if let Some(r) = &report {
         out.extend(r.fields.clone());
@@ -508,6 +532,7 @@ async fn write_status(
     ctx: &Ctx,
     cr: &DynamicObject,
     cr_json: &Value,
+    scope: Option<&render::Scope>,
     observed: &HashMap<String, Value>,
     sync: &Sync,
 ) -> Result<(), ReconcileError> {
@@ -525,7 +550,7 @@ async fn write_status(
         .filter(|(rv, _)| apply::not_newer(&live_rv, rv))
         .map(|(_, status)| status);
     let current = ours.as_ref().or(cr_json.get("status"));
-    let status = desired_status(ctx, cr, cr_json, current, observed, sync);
+    let status = desired_status(ctx, cr, cr_json, scope, current, observed, sync);
     if current == Some(&status) {
         return Ok(());
     }

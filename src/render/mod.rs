@@ -77,10 +77,14 @@ pub enum RenderError {
 
 /// Renders every child of `rule` whose condition holds for `cr`.
 pub fn render(rule: &CompiledRule, cr: &Value) -> Result<Vec<Rendered>, RenderError> {
-    let scope = scope(rule, cr)?;
+    render_in(rule, &scope(rule, cr)?)
+}
+
+/// Renders every child of `rule` whose condition holds, from an already built scope.
+pub fn render_in(rule: &CompiledRule, scope: &Scope) -> Result<Vec<Rendered>, RenderError> {
     let mut out = Vec::with_capacity(rule.children.len());
     for child in &rule.children {
-        if let Some(r) = render_child(rule, child, &scope)? {
+        if let Some(r) = render_child(rule, child, scope)? {
             out.push(r);
         }
     }

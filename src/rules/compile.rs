@@ -23,6 +23,9 @@ pub struct CompiledRule {
     pub fields: Vec<CompiledField>,
     pub ready: Option<ExprRef>,
     pub program: Program,
+    /// The variables the status expressions read (`children` and `self` are made into
+    /// template values only when some expression reads them).
+    pub status_reads: std::collections::BTreeSet<String>,
     /// Changes whenever anything in the rule changes; tells edited rules on reload.
     pub fingerprint: String,
 }
@@ -490,6 +493,15 @@ pub fn compile(
     }
     match program {
         Some(program) if c.errors.is_empty() => Ok(CompiledRule {
+            status_reads: fields
+                .iter()
+                .filter_map(|f| match &f.source {
+                    FieldSource::Value(e) => Some(e),
+                    FieldSource::Path { .. } => None,
+                })
+                .chain(ready.iter())
+                .flat_map(|e| program.expression_variables(e))
+                .collect(),
             name: spec.name.clone(),
             at: c.at(""),
             watch: spec.watch.clone(),

@@ -40,19 +40,45 @@ pub fn compute(
 ) -> Report {
     let mut report = Report::default();
     let mut all = Map::new();
-    let mut vars = scope.vars.clone();
-    let children: Map<String, Value> = rule
-        .children
-        .iter()
-        .map(|c| {
-            (
-                c.id.clone(),
-                observed.get(&c.id).cloned().unwrap_or(Value::Null),
-            )
-        })
+    // The template values every expression sees, made once: the scope's, then `children`
+    // and `self` only if an expression reads them (they are whole objects); `status` is
+    // added per expression, as it grows field by field.
+    let mut base: Vec<(String, minijinja::Value)> = scope
+        .vars
+        .keys()
+        .map(|k| (k.clone(), scope.ctx.get_attr(k).unwrap_or_default()))
         .collect();
-    vars.insert("children".into(), Value::Object(children));
-    vars.insert("self".into(), cr.clone());
+    if rule.status_reads.contains("children") {
+        let children: Map<String, Value> = rule
+            .children
+            .iter()
+            .map(|c| {
+                (
+                    c.id.clone(),
+                    observed.get(&c.id).cloned().unwrap_or(Value::Null),
+                )
+            })
+            .collect();
+        base.push((
+            "children".into(),
+            minijinja::Value::from(minijinja::value::Serde(&children)),
+        ));
+    }
+    if rule.status_reads.contains("self") {
+        base.push((
+            "self".into(),
+            minijinja::Value::from(minijinja::value::Serde(cr)),
+        ));
+    }
+    let context = |status: &Map<String, Value>| {
+        let mut vars: std::collections::BTreeMap<String, minijinja::Value> =
+            base.iter().cloned().collect();
+        vars.insert(
+            "status".into(),
+            minijinja::Value::from(minijinja::value::Serde(status)),
+        );
+        minijinja::Value::from(vars)
+    };
 
     for f in &rule.fields {
         let value = match &f.source {
@@ -103,23 +129,19 @@ pub fn compute(
                     },
                 }
             }
-            FieldSource::Value(e) => {
-                vars.insert("status".into(), Value::Object(all.clone()));
-                let ctx = minijinja::Value::from(minijinja::value::Serde(&vars));
-                match rule.program.eval(e, &ctx) {
-                    Err(x) => {
-                        report
-                            .problems
-                            .push(format!("{}: {}", f.name, jinja_reason(&x)));
-                        None
-                    }
-                    Ok(v) if v.is_undefined() || v.is_none() => None,
-                    Ok(v) => serde_json::to_value(&v).ok().map(|mut v| {
-                        crate::render::normalize(&mut v);
-                        v
-                    }),
+            FieldSource::Value(e) => match rule.program.eval(e, &context(&all)) {
+                Err(x) => {
+                    report
+                        .problems
+                        .push(format!("{}: {}", f.name, jinja_reason(&x)));
+                    None
                 }
-            }
+                Ok(v) if v.is_undefined() || v.is_none() => None,
+                Ok(v) => serde_json::to_value(&v).ok().map(|mut v| {
+                    crate::render::normalize(&mut v);
+                    v
+                }),
+            },
         };
         let value = match value {
             Some(v) if f.ty.admits(&v) => Some(v),
@@ -140,24 +162,20 @@ pub fn compute(
     }
 
     report.ready = match &rule.ready {
-        Some(e) => {
-            vars.insert("status".into(), Value::Object(all));
-            let ctx = minijinja::Value::from(minijinja::value::Serde(&vars));
-            match rule.program.eval(e, &ctx) {
-                Ok(v) => {
-                    if !v.is_true() {
-                        report
-                            .notes
-                            .insert(0, format!("ready expression `{}` is false", e.source));
-                    }
-                    v.is_true()
+        Some(e) => match rule.program.eval(e, &context(&all)) {
+            Ok(v) => {
+                if !v.is_true() {
+                    report
+                        .notes
+                        .insert(0, format!("ready expression `{}` is false", e.source));
                 }
-                Err(x) => {
-                    report.problems.push(format!("ready: {}", jinja_reason(&x)));
-                    false
-                }
+                v.is_true()
             }
-        }
+            Err(x) => {
+                report.problems.push(format!("ready: {}", jinja_reason(&x)));
+                false
+            }
+        },
         None => {
             let missing: Vec<&str> = rule
                 .children

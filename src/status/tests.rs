@@ -39,7 +39,8 @@ fn ready_replicas_and_the_cluster_url_come_from_the_children() {
             ("service", json!({"spec": {}})),
         ],
     );
-    assert_eq!(rep.fields["readyReplicas"], json!(3));
+    assert_eq!(rep.fields["readyReplicas"], json!(3), "{rep:?}");
+    assert!(rep.fields.contains_key("url"), "{rep:?}");
     assert_eq!(
         rep.fields["url"],
         json!("http://my-blog-web.web.svc.cluster.local:80")
@@ -135,4 +136,48 @@ status:
         "{:?}",
         rep.problems
     );
+}
+
+#[test]
+fn expressions_read_children_self_and_earlier_fields() {
+    let (mut rules, errors) = load_str(
+        r#"
+name: reads
+watch: {group: x.io, version: v1, resource: things}
+children:
+  - id: d
+    template: {apiVersion: apps/v1, kind: Deployment, metadata: {name: "{{ name }}"}}
+  - id: s
+    template: {apiVersion: v1, kind: Service, metadata: {name: "{{ name }}"}}
+status:
+  fields:
+    - {name: replicas, value: "children.d.spec.replicas", type: integer}
+    - {name: owner, value: "self.metadata.name ~ '/' ~ status.replicas", type: string}
+  ready: "children.s is none and status.replicas == 4"
+"#,
+        Path::new("r.yaml"),
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+    let r = rules.remove(0);
+    assert!(r.status_reads.contains("children") && r.status_reads.contains("self"));
+    let cr = json!({"metadata": {"name": "a", "namespace": "n"}});
+    let d = json!({"spec": {"replicas": 4}});
+    let rep = compute(
+        &r,
+        &scope(&r, &cr).unwrap(),
+        &cr,
+        &HashMap::from([("d".to_string(), d)]),
+    );
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    assert_eq!(rep.fields["replicas"], json!(4));
+    assert_eq!(rep.fields["owner"], json!("a/4"));
+    assert!(rep.ready, "{rep:?}");
+}
+
+#[test]
+fn the_website_status_reads_neither_children_nor_self() {
+    let r = website();
+    assert!(!r.status_reads.contains("children"));
+    assert!(!r.status_reads.contains("self"));
+    assert!(r.status_reads.contains("status"));
 }
