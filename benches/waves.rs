@@ -5,11 +5,18 @@
 //! Per system: a create wave of N WebSites (done when all 2N children exist and every
 //! status has observedGeneration = generation), an update wave (every image changed; done
 //! when every Deployment has it and every status is current), and a steady-state window.
-//! Writes come from `apiserver_request_total`; peak RSS and CPU seconds from /proc.
+//! Writes come from `apiserver_request_total`; peak RSS and CPU seconds from /proc. Every
+//! system run is bracketed by two runs of the floor and reported as a ratio to their mean;
+//! rounds repeat the sequence and the median is reported.
+//!
 //! Env: RULEOP_BENCH_N (default 1000), RULEOP_BENCH_STEADY_SECONDS (60),
-//! RULEOP_BENCH_SYSTEMS (default: floor,ruleop,controller-runtime,kopf,kro),
-//! RULEOP_BENCH_PROFILE=SECONDS (profiles of the API server and ruleop over the create wave,
-//! in target/bench/profiles/, and the server's time per verb and resource).
+//! RULEOP_BENCH_ROUNDS (3), RULEOP_BENCH_SYSTEMS (default:
+//! ruleop,ruleop-warnings,controller-runtime,kopf,kro; the floor always runs; also
+//! available: ruleop-c64, ruleop-1t, floor+conditions), RULEOP_BENCH_DEBUG=1 (writes per
+//! resource), RULEOP_BENCH_PROFILE=SECONDS (a pprof CPU profile of the API server and a
+//! `perf` profile of ruleop over the create wave, in target/bench/profiles/; CPU seconds of
+//! each process, the API server's time per verb and resource, ruleop's own counters).
+//! Profiling costs CPU on the same cores: its timings are not comparable with a plain run.
 
 use futures::{StreamExt, stream};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -34,6 +41,7 @@ struct Figures {
     create_seconds: f64,
     update_seconds: f64,
     create_ratio_to_floor: Option<f64>,
+    update_ratio_to_floor: Option<f64>,
     writes_per_cr_create: f64,
     events_per_cr_create: f64,
     writes_per_cr_update: f64,
@@ -444,17 +452,20 @@ async fn wait_converged(
     }
 }
 
-/// The floor: exactly the writes an ideal operator makes (two applies and a status
-/// patch, at once), from a plain concurrent client with no watch and no logic.
+/// The floor: exactly the writes an ideal operator makes for the WebSite behaviour (the
+/// two children, with their owner reference, applied at once with the status patch:
+/// readyReplicas, url, observedGeneration), from a plain concurrent client with no watch
+/// and no logic. `conditions` adds ruleop's two status conditions (a diagnostic variant).
 async fn floor_writes(
     c: &Client,
     rule: &ruleop::rules::CompiledRule,
-    i: usize,
+    created: &DynamicObject,
     cr: &Value,
-    generation: i64,
+    conditions: bool,
 ) {
     let mut cr = cr.clone();
-    cr["metadata"]["uid"] = json!(format!("floor-{i}"));
+    cr["metadata"]["uid"] = json!(created.metadata.uid.clone().unwrap_or_default());
+    let generation = created.metadata.generation.unwrap_or(1);
     let Ok(children) = ruleop::render::render(rule, &cr) else {
         return;
     };
@@ -477,18 +488,10 @@ async fn floor_writes(
                 plural: "services".into(),
             }
         };
-        let mut obj = ch.object;
-        if let Some(m) = obj["metadata"].as_object_mut() {
-            m.remove("ownerReferences");
-        }
         let api: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &ar);
-        let (name, pp) = (ch.name, pp.clone());
+        let (name, obj, pp) = (ch.name, ch.object, pp.clone());
         async move {
-            let t = Instant::now();
             let _ = api.patch(&name, &pp, &Patch::Apply(&obj)).await;
-            if std::env::var_os("RULEOP_BENCH_DEBUG").is_some() {
-                eprintln!("  apply {} {:?}", ar.kind, t.elapsed());
-            }
         }
     });
     let sites: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &website_ar());
@@ -496,13 +499,23 @@ async fn floor_writes(
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let status = json!({"apiVersion": "example.com/v1", "kind": "WebSite", "status": {"readyReplicas": 0, "observedGeneration": generation}});
+    let url = format!(
+        "http://{name}-web.{NS}.svc.cluster.local:{}",
+        cr["spec"]["port"].as_i64().unwrap_or(80)
+    );
+    let mut status = json!({"readyReplicas": 0, "url": url, "observedGeneration": generation});
+    if conditions {
+        let now = k8s_openapi::jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        status["conditions"] = json!([
+            {"type": "Ready", "status": "False", "reason": "NotReady", "message": "ready expression `status.readyReplicas >= spec.replicas` is false", "observedGeneration": generation, "lastTransitionTime": now},
+            {"type": "Synced", "status": "True", "reason": "Applied", "message": "every child matches the rule", "observedGeneration": generation, "lastTransitionTime": now},
+        ]);
+    }
+    let body = json!({"apiVersion": "example.com/v1", "kind": "WebSite", "status": status});
     let status_write = async {
-        let t = Instant::now();
-        let _ = sites.patch_status(&name, &pp, &Patch::Apply(&status)).await;
-        if std::env::var_os("RULEOP_BENCH_DEBUG").is_some() {
-            eprintln!("  status {:?}", t.elapsed());
-        }
+        let _ = sites.patch_status(&name, &pp, &Patch::Apply(&body)).await;
     };
     futures::join!(futures::future::join_all(applies), status_write);
 }
@@ -536,8 +549,8 @@ fn start(system: &str, kc: &str) -> Result<Option<Child>, String> {
     let log =
         std::fs::File::create(logs.join(format!("{system}.log"))).map_err(|e| e.to_string())?;
     let mut cmd = match system {
-        "floor" => return Ok(None),
-        "ruleop" | "ruleop-warnings" | "ruleop-c64" => {
+        "floor" | "floor+conditions" => return Ok(None),
+        "ruleop" | "ruleop-warnings" | "ruleop-c64" | "ruleop-1t" => {
             let mut c = Command::new(format!("{ROOT}/target/release/ruleop"));
             c.args([
                 "run",
@@ -553,6 +566,9 @@ fn start(system: &str, kc: &str) -> Result<Option<Child>, String> {
             }
             if system == "ruleop-c64" {
                 c.arg("--concurrency=64");
+            }
+            if system == "ruleop-1t" {
+                c.env("TOKIO_WORKER_THREADS", "1");
             }
             c.env("RUST_LOG", "warn");
             c
@@ -641,7 +657,8 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
     );
     let rule = rules[0].clone();
     let sites: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &website_ar());
-    let is_floor = system == "floor";
+    let is_floor = system.starts_with("floor");
+    let conditions = system == "floor+conditions";
     let (seen, watches) = watch_namespace(&c);
 
     // Create wave.
@@ -680,6 +697,10 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
         Some(secs) => start_profiles(&c, system, proc_.as_ref().map(Child::id), secs),
         None => Vec::new(),
     };
+    let started_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default();
     let t0 = Instant::now();
     stream::iter(0..n)
         .map(|i| {
@@ -689,7 +710,7 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
                 let obj: DynamicObject = serde_json::from_value(cr.clone()).unwrap();
                 let created = sites.create(&PostParams::default(), &obj).await;
                 if is_floor && let Ok(o) = created {
-                    floor_writes(&c, &rule, i, &cr, o.metadata.generation.unwrap_or(1)).await;
+                    floor_writes(&c, &rule, &o, &cr, conditions).await;
                 }
             }
         })
@@ -699,7 +720,19 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
     if std::env::var_os("RULEOP_BENCH_DEBUG").is_some() {
         eprintln!("  client done after {:?}", t0.elapsed());
     }
+    let unix = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or_default()
+    };
     let create_seconds = wait_converged(&seen, n, "nginx:1", 1, t0).await?;
+    if profile.is_some() {
+        eprintln!(
+            "  {system} create wave: from {started_at:.1} to {:.1} (unix time)",
+            unix()
+        );
+    }
     let w1 = writes(&c).await;
     let (cw, cev) = delta(&w0, &w1, &[("websites", "", "POST", n as f64)]);
     if profile.is_some() {
@@ -741,14 +774,7 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
                     .patch(&format!("s{i}"), &PatchParams::default(), &Patch::Merge(&p))
                     .await;
                 if is_floor && let Ok(o) = patched {
-                    floor_writes(
-                        &c,
-                        &rule,
-                        i,
-                        &website(i, "nginx:2"),
-                        o.metadata.generation.unwrap_or(2),
-                    )
-                    .await;
+                    floor_writes(&c, &rule, &o, &website(i, "nginx:2"), conditions).await;
                 }
             }
         })
@@ -807,7 +833,7 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(60);
     let systems = std::env::var("RULEOP_BENCH_SYSTEMS")
-        .unwrap_or_else(|_| "floor,ruleop,ruleop-warnings,controller-runtime,kopf,kro".into());
+        .unwrap_or_else(|_| "ruleop,ruleop-warnings,controller-runtime,kopf,kro".into());
     let rounds: usize = std::env::var("RULEOP_BENCH_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -822,30 +848,68 @@ async fn main() {
     // machine one run is noise; the median of ratios within rounds is the figure.
     let mut runs: BTreeMap<String, Vec<Figures>> = BTreeMap::new();
     let mut absent: BTreeMap<String, String> = BTreeMap::new();
+    // Every system run is bracketed by floor runs (floor, A, floor, B, floor, ...), and its
+    // ratio is to the mean of the floor just before and just after it: on a shared
+    // machine the speed drifts within minutes, so a ratio to a floor measured long before
+    // is mostly noise. Rounds repeat this; the median of the ratios is the figure.
+    let mut floor_prev: Option<Figures> = None;
+    let mut pending: Vec<Figures> = Vec::new();
+    let systems_only: Vec<&str> = names.iter().copied().filter(|s| *s != "floor").collect();
+    let total = rounds * systems_only.len();
+    let mut done = 0;
+    let run_floor = |label: String| async move {
+        eprintln!("bench: {label}: floor with N={n} ...");
+        run_system("floor", n, 0).await
+    };
+    match run_floor("start".into()).await {
+        Ok(f) => floor_prev = Some(f),
+        Err(e) => eprintln!("bench: floor failed: {e}"),
+    }
     for round in 0..rounds {
         let last = round + 1 == rounds;
-        let mut floor_s = None;
-        for s in &names {
+        for s in &systems_only {
             if absent.contains_key(*s) {
                 continue;
             }
-            eprintln!("bench: round {}/{rounds}: {s} with N={n} ...", round + 1);
+            done += 1;
+            eprintln!(
+                "bench: round {}/{rounds} ({done}/{total}): {s} with N={n} ...",
+                round + 1
+            );
             match run_system(s, n, if last { steady } else { 0 }).await {
-                Ok(mut f) => {
-                    if *s == "floor" {
-                        floor_s = Some(f.create_seconds);
-                    }
-                    if let Some(fl) = floor_s.filter(|x| *x > 0.0) {
-                        f.create_ratio_to_floor = Some(f.create_seconds / fl);
-                    }
-                    runs.entry((*s).to_string()).or_default().push(f);
-                }
+                Ok(f) => pending.push(f),
                 Err(e) => {
                     eprintln!("bench: {s} absent: {e}");
                     absent.insert((*s).to_string(), e);
+                    continue;
                 }
             }
+            let after = run_floor(format!("after {s}")).await.ok();
+            let (create, update) = match (&floor_prev, &after) {
+                (Some(a), Some(b)) => (
+                    (a.create_seconds + b.create_seconds) / 2.0,
+                    (a.update_seconds + b.update_seconds) / 2.0,
+                ),
+                (Some(x), None) | (None, Some(x)) => (x.create_seconds, x.update_seconds),
+                (None, None) => (f64::NAN, f64::NAN),
+            };
+            for mut f in pending.drain(..) {
+                f.create_ratio_to_floor = Some(f.create_seconds / create);
+                f.update_ratio_to_floor = Some(f.update_seconds / update);
+                runs.entry(f.system.clone()).or_default().push(f);
+            }
+            if let Some(b) = after {
+                let mut b = b;
+                b.create_ratio_to_floor = Some(1.0);
+                b.update_ratio_to_floor = Some(1.0);
+                runs.entry("floor".into()).or_default().push(b.clone());
+                floor_prev = Some(b);
+            }
         }
+    }
+    if let Some(mut f) = floor_prev.filter(|_| !runs.contains_key("floor")) {
+        f.create_ratio_to_floor = Some(1.0);
+        runs.entry("floor".into()).or_default().push(f);
     }
     let median = |mut v: Vec<f64>| -> f64 {
         v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
@@ -856,7 +920,7 @@ async fn main() {
         }
     };
     let mut results: Vec<Figures> = Vec::new();
-    for s in &names {
+    for s in std::iter::once(&"floor").chain(systems_only.iter()) {
         if let Some(e) = absent.get(*s) {
             results.push(Figures {
                 system: (*s).into(),
@@ -873,6 +937,11 @@ async fn main() {
         f.update_seconds = median(rs.iter().map(|r| r.update_seconds).collect());
         let ratios: Vec<f64> = rs.iter().filter_map(|r| r.create_ratio_to_floor).collect();
         f.create_ratio_to_floor = (!ratios.is_empty()).then(|| median(ratios.clone()));
+        let up: Vec<f64> = rs.iter().filter_map(|r| r.update_ratio_to_floor).collect();
+        f.update_ratio_to_floor = (!up.is_empty()).then(|| median(up));
+        if f.system == "floor" {
+            f.steady_writes_per_minute = f64::NAN;
+        }
         f.note = if rs.len() > 1 {
             format!(
                 "ratios per round: {}",
@@ -888,27 +957,31 @@ async fn main() {
         results.push(f);
     }
     println!(
-        "\nN = {n} WebSites, median of {rounds} rounds (systems interleaved; ratio = median of each round's ratio to that round's floor), steady state over {steady} s in the last round, control plane: etcd + kube-apiserver only\n"
+        "\nN = {n} WebSites, {rounds} round(s); each system run between two floor runs, its ratio to their mean; figures are medians over the rounds; steady state over {steady} s in the last round; control plane: etcd + kube-apiserver only\n"
     );
     println!(
-        "| system | create wave s | ratio to floor | update wave s | writes/CR (create) | events/CR | writes/CR (update) | steady writes/min | peak RSS MiB | CPU s |"
+        "| system | create wave s | create ratio to floor | update wave s | update ratio to floor | writes/CR (create) | events/CR | writes/CR (update) | steady writes/min | peak RSS MiB | CPU s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for f in &results {
         if f.note.starts_with("absent") {
-            println!("| {} | {} | | | | | | | | |", f.system, f.note);
+            println!("| {} | {} | | | | | | | | | |", f.system, f.note);
             continue;
         }
         println!(
-            "| {} | {:.2} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} |",
+            "| {} | {:.2} | {} | {:.2} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
             f.system,
             f.create_seconds,
             opt(f.create_ratio_to_floor, 2),
             f.update_seconds,
+            opt(f.update_ratio_to_floor, 2),
             f.writes_per_cr_create,
             f.events_per_cr_create,
             f.writes_per_cr_update,
-            f.steady_writes_per_minute,
+            opt(
+                Some(f.steady_writes_per_minute).filter(|v| v.is_finite()),
+                1
+            ),
             opt(f.peak_rss_mib, 1),
             opt(f.cpu_seconds, 2)
         );
