@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test test-long fuzz bench cluster cluster-down lint build check-rules
+.PHONY: run test test-long fuzz bench profile cluster cluster-down lint build check-rules
 
 FUZZ_SECONDS ?= 180
 N ?= 1000
@@ -53,3 +53,17 @@ bench:
 	$(CARGO) build --release --quiet
 	RULEOP_BENCH_N=$(N) RULEOP_BENCH_STEADY_SECONDS=$(STEADY) $(CARGO) bench --bench waves
 	$(CARGO) bench --bench pipeline
+
+## profile: one create wave of ruleop (N WebSites) with a pprof CPU profile of the API server
+## and a perf profile of ruleop; writes target/bench/profiles/{ruleop.svg,apiserver-top.txt}.
+## Needs `perf` (Debian: linux-perf); inferno (flame graphs) is installed from crates.io.
+profile:
+	tests/cluster/build.sh
+	$(CARGO) build --release --quiet
+	command -v inferno-flamegraph >/dev/null || $(CARGO) install inferno --locked
+	RULEOP_BENCH_N=$(N) RULEOP_BENCH_STEADY_SECONDS=0 RULEOP_BENCH_ROUNDS=1 RULEOP_BENCH_PROFILE=10 \
+	  RULEOP_BENCH_SYSTEMS=ruleop $(CARGO) bench --bench waves
+	cd target/bench/profiles && perf script -i ruleop.perf.data 2>/dev/null | inferno-collapse-perf > ruleop.folded \
+	  && inferno-flamegraph < ruleop.folded > ruleop.svg \
+	  && go tool pprof -top -cum -nodecount=60 ruleop-apiserver.pprof > apiserver-top.txt 2>/dev/null
+	@echo "profile: target/bench/profiles/ruleop.svg, target/bench/profiles/apiserver-top.txt"

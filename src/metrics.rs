@@ -35,6 +35,7 @@ pub struct Metrics {
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub reconcile_duration: Family<RuleLabels, Histogram>,
     pub writes: Family<WriteLabels, Counter>,
+    pub events_dropped: Family<RuleLabels, Counter>,
     pub rule_load_failures: Counter,
     pub rule_load_errors: Gauge,
     pub rules_running: Gauge,
@@ -50,6 +51,7 @@ impl Default for Metrics {
             Histogram::new(exponential_buckets(0.001, 2.0, 14))
         });
         let writes = Family::<WriteLabels, Counter>::default();
+        let events_dropped = Family::<RuleLabels, Counter>::default();
         let rule_load_failures = Counter::default();
         let rule_load_errors = Gauge::default();
         let rules_running = Gauge::default();
@@ -69,6 +71,11 @@ impl Default for Metrics {
             "writes",
             "Writes to the API server, per rule and action",
             writes.clone(),
+        );
+        registry.register(
+            "events_dropped",
+            "Events not published because the rule's event queue was full",
+            events_dropped.clone(),
         );
         registry.register(
             "rule_load_failures",
@@ -96,6 +103,7 @@ impl Default for Metrics {
             reconcile_errors,
             reconcile_duration,
             writes,
+            events_dropped,
             rule_load_failures,
             rule_load_errors,
             rules_running,
@@ -126,6 +134,14 @@ impl Metrics {
             .get_or_create(&WriteLabels {
                 rule: rule.to_string(),
                 action,
+            })
+            .inc();
+    }
+
+    pub fn event_dropped(&self, rule: &str) {
+        self.events_dropped
+            .get_or_create(&RuleLabels {
+                rule: rule.to_string(),
             })
             .inc();
     }

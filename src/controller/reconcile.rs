@@ -5,6 +5,7 @@
 
 use crate::apply::{self, ApplyError, Memo, ObjectKey, Written};
 use crate::controller::discovery::Resolved;
+use crate::controller::events::EventQueue;
 use crate::controller::owners::{OwnerIndex, controller_uid};
 use crate::metrics::Metrics;
 use crate::render::{self, CHILD_LABEL, FIELD_MANAGER, Rendered};
@@ -13,7 +14,7 @@ use crate::status::{self, Condition, merge_conditions};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
@@ -47,7 +48,8 @@ pub struct Ctx {
     /// How often a healthy custom resource is checked again with no event.
     pub resync: Duration,
     pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
+    /// Where Events go (a bounded queue to the rule's publishing task).
+    pub events_out: EventQueue,
     pub events: super::EventLevel,
 }
 
@@ -121,10 +123,10 @@ impl ReconcileError {
     }
 }
 
-/// Publishes an Event on the custom resource; a failure to publish is only logged.
+/// Queues an Event on the custom resource (published off the reconcile path, best-effort).
 /// `child`, when given, is the object the event is about (it also keeps events about
 /// different children apart in the recorder's series).
-async fn event(
+fn event(
     ctx: &Ctx,
     cr: &DynamicObject,
     type_: EventType,
@@ -149,9 +151,7 @@ async fn event(
         action: action.into(),
         secondary: child,
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
-        tracing::debug!(error = %e, reason, "could not publish event");
-    }
+    ctx.events_out.send(ev, reference);
 }
 
 fn truncate(mut s: String, max: usize) -> String {
@@ -250,8 +250,7 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
                 "Reconcile",
                 message.clone(),
                 None,
-            )
-            .await;
+            );
         }
     }
     if cache_behind && sync == Sync::Ok {
@@ -261,24 +260,18 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
     } else {
         write_status(&ctx, &cr, &cr_json, scope.ok().as_ref(), &observed, &sync).await?;
     }
-    // One Event per kind of change, naming every child it covers; published off the
-    // reconcile path, so that it never delays this or another resource's convergence.
-    if !applied.is_empty() && ctx.events == super::EventLevel::All {
-        let (ctx, cr) = (ctx.clone(), cr.clone());
-        tokio::spawn(async move {
-            for reason in ["Created", "Updated"] {
-                let names: Vec<&str> = applied
-                    .iter()
-                    .filter(|(r, _)| *r == reason)
-                    .map(|(_, n)| n.as_str())
-                    .collect();
-                if !names.is_empty() {
-                    let note = names.join(", ");
-                    let action = truncate(format!("Apply {note}"), 120);
-                    event(&ctx, &cr, EventType::Normal, reason, &action, note, None).await;
-                }
-            }
-        });
+    // One Event per kind of change, naming every child it covers.
+    for reason in ["Created", "Updated"] {
+        let names: Vec<&str> = applied
+            .iter()
+            .filter(|(r, _)| *r == reason)
+            .map(|(_, n)| n.as_str())
+            .collect();
+        if !names.is_empty() {
+            let note = names.join(", ");
+            let action = truncate(format!("Apply {note}"), 120);
+            event(&ctx, &cr, EventType::Normal, reason, &action, note, None);
+        }
     }
     if let Ok(mut f) = ctx.failures.lock() {
         f.remove(&key_of(&cr));
@@ -430,8 +423,7 @@ async fn prune_children(
                     ar.kind, name
                 ),
                 Some(o.object_ref(ar)),
-            )
-            .await;
+            );
         }
     }
     Ok(())

@@ -3,6 +3,7 @@
 //! label-selected, cached watch. Stops gracefully when told to.
 
 use super::discovery::{self, Resolved};
+use super::events::EventQueue;
 use super::owners::OwnerIndex;
 use super::reconcile::{ChildKind, Ctx, StatusMemo, error_policy, reconcile};
 use crate::apply::{Memo, ObjectKey};
@@ -373,7 +374,11 @@ async fn run(
         resync: opts.resync,
         metrics: opts.metrics.clone(),
         events: opts.events,
-        recorder: kube::runtime::events::Recorder::new(client.clone(), opts.reporter.clone()),
+        events_out: EventQueue::start(
+            kube::runtime::events::Recorder::new(client.clone(), opts.reporter.clone()),
+            opts.metrics.clone(),
+            rule.name.clone(),
+        ),
     });
 
     tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, "rule started");
