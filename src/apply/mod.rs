@@ -90,6 +90,17 @@ pub struct ObjectKey {
 }
 
 impl ObjectKey {
+    /// The key of a live object of kind `ar`.
+    pub fn of_object(ar: &ApiResource, o: &DynamicObject) -> ObjectKey {
+        use kube::ResourceExt;
+        ObjectKey {
+            api_version: ar.api_version.clone(),
+            kind: ar.kind.clone(),
+            namespace: o.namespace().unwrap_or_default(),
+            name: o.name_any(),
+        }
+    }
+
     pub fn of(r: &Rendered) -> ObjectKey {
         ObjectKey {
             api_version: r.api_version.clone(),

@@ -528,12 +528,7 @@ async fn write_status(
     observed: &HashMap<String, Value>,
     sync: &Sync,
 ) -> Result<(), ReconcileError> {
-    let key = ObjectKey {
-        api_version: ctx.parent.resource.api_version.clone(),
-        kind: ctx.parent.resource.kind.clone(),
-        namespace: cr.namespace().unwrap_or_default(),
-        name: cr.name_any(),
-    };
+    let key = ObjectKey::of_object(&ctx.parent.resource, cr);
     let live_rv = cr.resource_version().unwrap_or_default();
     // What the resource's status is: our last write while the cache lags behind it.
     let ours = ctx

@@ -281,10 +281,7 @@ async fn run(
     let memo = Arc::new(Memo::default());
     let status_memo = Arc::new(StatusMemo::default());
     let forget_status = status_memo.clone();
-    let (parent_api_version, parent_kind) = (
-        parent.resource.api_version.clone(),
-        parent.resource.kind.clone(),
-    );
+    let parent_resource = parent.resource.clone();
     let parent_writer = Writer::<DynamicObject>::new(parent.resource.clone());
     let parent_reader = parent_writer.as_reader();
     let parent_api = scoped(&client, &parent.resource, opts.namespace.as_deref());
@@ -300,12 +297,7 @@ async fn run(
     .inspect_ok(move |ev| {
         parent_sync.observe(0, ev);
         if let watcher::Event::Delete(o) = ev {
-            forget_status.forget(&ObjectKey {
-                api_version: parent_api_version.clone(),
-                kind: parent_kind.clone(),
-                namespace: o.namespace().unwrap_or_default(),
-                name: o.name_any(),
-            });
+            forget_status.forget(&ObjectKey::of_object(&parent_resource, o));
         }
     })
     .reflect(parent_writer)
@@ -330,7 +322,7 @@ async fn run(
         let store = writer.as_reader();
         let api = scoped(&client, &k.resource, opts.namespace.as_deref());
         let forget = memo.clone();
-        let (api_version, kind) = (k.resource.api_version.clone(), k.resource.kind.clone());
+        let child_resource = k.resource.clone();
         let stream = watcher(
             api,
             watcher::Config::default()
@@ -344,12 +336,7 @@ async fn run(
             index.observe(ev);
             // A deleted child must be recreated, not taken for a lagging cache.
             if let watcher::Event::Delete(o) = ev {
-                forget.forget(&ObjectKey {
-                    api_version: api_version.clone(),
-                    kind: kind.clone(),
-                    namespace: o.namespace().unwrap_or_default(),
-                    name: o.name_any(),
-                });
+                forget.forget(&ObjectKey::of_object(&child_resource, o));
             }
         })
         .reflect(writer)
