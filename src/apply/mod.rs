@@ -133,17 +133,27 @@ impl Written {
     }
 }
 
-/// Our own recent writes, so a lagging cache does not cause a second one.
-#[derive(Debug, Default)]
-pub struct Memo {
-    inner: Mutex<HashMap<ObjectKey, Written>>,
+/// Our own recent writes, so a lagging cache does not cause a second one: per object,
+/// what we wrote (`Written` for children; the status and its resourceVersion for a
+/// custom resource's status).
+#[derive(Debug)]
+pub struct Memo<V = Written> {
+    inner: Mutex<HashMap<ObjectKey, V>>,
 }
 
-impl Memo {
-    pub fn get(&self, k: &ObjectKey) -> Option<Written> {
+impl<V> Default for Memo<V> {
+    fn default() -> Self {
+        Memo {
+            inner: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<V: Clone> Memo<V> {
+    pub fn get(&self, k: &ObjectKey) -> Option<V> {
         self.inner.lock().ok()?.get(k).cloned()
     }
-    pub fn put(&self, k: ObjectKey, w: Written) {
+    pub fn put(&self, k: ObjectKey, w: V) {
         if let Ok(mut m) = self.inner.lock() {
             m.insert(k, w);
         }
@@ -161,10 +171,9 @@ impl Memo {
     }
 }
 
-/// Orders resourceVersions as the API server's etcd storage makes them (integers);
-/// None when either is not an integer (then nothing is assumed).
 /// Whether `observed` is `written` or older, judged as the API server's etcd storage
-/// makes resourceVersions (integers); false when they are not integers.
+/// makes resourceVersions (integers); two different versions that are not integers are
+/// not ordered (false).
 pub fn not_newer(observed: &str, written: &str) -> bool {
     observed == written
         || matches!((observed.parse::<u64>(), written.parse::<u64>()), (Ok(o), Ok(w)) if o <= w)

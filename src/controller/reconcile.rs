@@ -41,8 +41,11 @@ pub struct Ctx {
     pub child_kind: Vec<usize>,
     /// Our recent child writes.
     pub memo: Arc<Memo>,
-    /// Our recent status writes.
-    pub status_memo: Arc<StatusMemo>,
+    /// The status we last wrote to each custom resource, with the resourceVersion it got.
+    /// While the cache has not caught up with that write, a reconcile compares with it and
+    /// merges its conditions into it (keeping their transition times), instead of taking
+    /// the stale cached status for a difference and writing again.
+    pub status_memo: Arc<Memo<(String, Value)>>,
     /// Consecutive failures per custom resource, for backoff.
     pub failures: Mutex<HashMap<String, u32>>,
     /// How often a healthy custom resource is checked again with no event.
@@ -51,32 +54,6 @@ pub struct Ctx {
     /// Where Events go (a bounded queue to the rule's publishing task).
     pub events_out: EventQueue,
     pub events: super::EventLevel,
-}
-
-/// The status we last wrote to each custom resource, with the resourceVersion it got.
-/// While the cache has not caught up with that write, a reconcile compares with it and
-/// merges its conditions into it (keeping their transition times), instead of taking the
-/// stale cached status for a difference and writing again.
-#[derive(Default)]
-pub struct StatusMemo {
-    inner: Mutex<HashMap<ObjectKey, (String, Value)>>,
-}
-
-impl StatusMemo {
-    fn get(&self, k: &ObjectKey) -> Option<(String, Value)> {
-        self.inner.lock().ok()?.get(k).cloned()
-    }
-    fn put(&self, k: ObjectKey, resource_version: String, status: Value) {
-        if let Ok(mut m) = self.inner.lock() {
-            m.insert(k, (resource_version, status));
-        }
-    }
-    /// Forgets a deleted custom resource.
-    pub fn forget(&self, k: &ObjectKey) {
-        if let Ok(mut m) = self.inner.lock() {
-            m.remove(k);
-        }
-    }
 }
 
 /// A reconcile that must be retried.
@@ -554,8 +531,10 @@ async fn write_status(
         .map_err(ReconcileError::Status)?;
     ctx.metrics.write(&ctx.rule.name, "status");
     tracing::debug!(rule = %ctx.rule.name, object = %key.name, namespace = %key.namespace, "status written");
-    ctx.status_memo
-        .put(key, written.resource_version().unwrap_or_default(), status);
+    ctx.status_memo.put(
+        key,
+        (written.resource_version().unwrap_or_default(), status),
+    );
     Ok(())
 }
 

@@ -5,7 +5,7 @@
 use super::discovery::{self, Resolved};
 use super::events::EventQueue;
 use super::owners::OwnerIndex;
-use super::reconcile::{ChildKind, Ctx, StatusMemo, error_policy, reconcile};
+use super::reconcile::{ChildKind, Ctx, error_policy, reconcile};
 use crate::apply::{Memo, ObjectKey};
 use crate::render::RULE_LABEL;
 use crate::rules::CompiledRule;
@@ -279,7 +279,7 @@ async fn run(
     }
 
     let memo = Arc::new(Memo::default());
-    let status_memo = Arc::new(StatusMemo::default());
+    let status_memo = Arc::new(Memo::default());
     let forget_status = status_memo.clone();
     let parent_resource = parent.resource.clone();
     let parent_writer = Writer::<DynamicObject>::new(parent.resource.clone());

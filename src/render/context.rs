@@ -15,8 +15,6 @@ pub struct Scope {
     pub spec: Value,
     /// The controller ownerReference children get, when the custom resource has a uid.
     pub owner: Option<Value>,
-    /// The JSON the context was built from (status expressions extend it).
-    pub vars: Map<String, Value>,
 }
 
 /// Merges `defaults` under `spec`: what the custom resource sets wins, maps merge deeply.
@@ -99,7 +97,6 @@ pub fn scope(rule: &CompiledRule, cr: &Value) -> Result<Scope, RenderError> {
         namespace: namespace.into(),
         spec,
         owner,
-        vars,
     })
 }
 

@@ -44,9 +44,14 @@ pub fn compute(
     // and `self` only if an expression reads them (they are whole objects); `status` is
     // added per expression, as it grows field by field.
     let mut base: Vec<(String, minijinja::Value)> = scope
-        .vars
-        .keys()
-        .map(|k| (k.clone(), scope.ctx.get_attr(k).unwrap_or_default()))
+        .ctx
+        .try_iter()
+        .into_iter()
+        .flatten()
+        .filter_map(|k| {
+            let v = scope.ctx.get_item(&k).ok()?;
+            Some((k.as_str()?.to_string(), v))
+        })
         .collect();
     if rule.status_reads.contains("children") {
         let children: Map<String, Value> = rule
