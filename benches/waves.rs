@@ -23,7 +23,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::{Client, Config};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -171,22 +171,37 @@ async fn client(kc: &str) -> Client {
     Client::try_from(config).expect("client")
 }
 
-/// Write requests by (resource, subresource, verb), from the API server's metrics.
-async fn writes(c: &Client) -> BTreeMap<(String, String, String), f64> {
+/// Seconds since the Unix epoch (to line the waves up with `vmstat -t` and the like).
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default()
+}
+
+/// The API server's /metrics, as text.
+async fn api_metrics(c: &Client) -> String {
     let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
-    let text = c.request_text(req).await.unwrap_or_default();
+    c.request_text(req).await.unwrap_or_default()
+}
+
+/// The value of label `k` in one line of Prometheus text ("" when absent).
+fn label(line: &str, k: &str) -> String {
+    line.split(&format!("{k}=\""))
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Write requests by (resource, subresource, verb), from the API server's metrics.
+fn writes(text: &str) -> BTreeMap<(String, String, String), f64> {
     let mut out = BTreeMap::new();
     for line in text
         .lines()
         .filter(|l| l.starts_with("apiserver_request_total{"))
     {
-        let label = |k: &str| {
-            line.split(&format!("{k}=\""))
-                .nth(1)
-                .and_then(|r| r.split('"').next())
-                .unwrap_or("")
-                .to_string()
-        };
+        let label = |k: &str| label(line, k);
         let verb = label("verb");
         if !matches!(
             verb.as_str(),
@@ -236,9 +251,7 @@ fn delta(
 
 /// API-server figures for diagnosis (RULEOP_BENCH_PROFILE): seconds the server spent on
 /// requests, by verb and resource, and watch events it sent, by kind.
-async fn server_figures(c: &Client) -> BTreeMap<String, f64> {
-    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
-    let text = c.request_text(req).await.unwrap_or_default();
+fn server_figures(text: &str) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for line in text.lines() {
         let Some((head, value)) = line.rsplit_once(' ') else {
@@ -247,13 +260,7 @@ async fn server_figures(c: &Client) -> BTreeMap<String, f64> {
         let Ok(v) = value.parse::<f64>() else {
             continue;
         };
-        let label = |k: &str| {
-            head.split(&format!("{k}=\""))
-                .nth(1)
-                .and_then(|r| r.split('"').next())
-                .unwrap_or("")
-                .to_string()
-        };
+        let label = |k: &str| label(head, k);
         let key = if head.starts_with("apiserver_request_duration_seconds_sum{") {
             format!(
                 "server seconds {} {}{}",
@@ -347,7 +354,7 @@ struct Seen {
     sites: HashMap<String, Option<i64>>,
     /// Deployment → its first container's image.
     deps: HashMap<String, Option<String>>,
-    services: HashSet<String>,
+    services: HashMap<String, ()>,
 }
 
 impl Seen {
@@ -361,76 +368,70 @@ impl Seen {
     }
 }
 
-/// Starts the watches that fill `Seen`; they stop with the returned handles.
-fn watch_namespace(c: &Client) -> (Arc<Mutex<Seen>>, Vec<tokio::task::JoinHandle<()>>) {
+/// Follows one kind into one map of `Seen`: name → what `value` takes from the object.
+fn follow<K, V>(
+    api: Api<K>,
+    seen: Arc<Mutex<Seen>>,
+    map: fn(&mut Seen) -> &mut HashMap<String, V>,
+    value: fn(&K) -> V,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    V: Send + 'static,
+{
     use kube::runtime::WatchStreamExt;
     use kube::runtime::watcher::{self, Event};
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    fn follow<K, F>(api: Api<K>, seen: Arc<Mutex<Seen>>, f: F) -> tokio::task::JoinHandle<()>
-    where
-        K: kube::Resource
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
-        F: Fn(&mut Seen, &K, bool) + Send + 'static,
-    {
-        tokio::spawn(async move {
-            let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
-            let mut stream = std::pin::pin!(stream);
-            while let Some(ev) = stream.next().await {
-                let mut s = seen.lock().unwrap();
-                match ev {
-                    Ok(Event::Apply(o) | Event::InitApply(o)) => f(&mut s, &o, true),
-                    Ok(Event::Delete(o)) => f(&mut s, &o, false),
-                    _ => {}
+    tokio::spawn(async move {
+        let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            let mut s = seen.lock().unwrap();
+            match ev {
+                Ok(Event::Apply(o) | Event::InitApply(o)) => {
+                    map(&mut s).insert(o.meta().name.clone().unwrap_or_default(), value(&o));
                 }
+                Ok(Event::Delete(o)) => {
+                    map(&mut s).remove(o.meta().name.as_deref().unwrap_or_default());
+                }
+                _ => {}
             }
-        })
-    }
-    let name = |m: &kube::api::ObjectMeta| m.name.clone().unwrap_or_default();
+        }
+    })
+}
+
+/// Starts the watches that fill `Seen`; they stop with the returned handles.
+fn watch_namespace(c: &Client) -> (Arc<Mutex<Seen>>, Vec<tokio::task::JoinHandle<()>>) {
+    let seen = Arc::new(Mutex::new(Seen::default()));
     let tasks = vec![
         follow(
             Api::<DynamicObject>::namespaced_with(c.clone(), NS, &website_ar()),
             seen.clone(),
-            move |s, o: &DynamicObject, live| {
-                if live {
-                    let g = o.data["status"]["observedGeneration"].as_i64();
-                    s.sites.insert(name(&o.metadata), g);
-                } else {
-                    s.sites.remove(&name(&o.metadata));
-                }
-            },
+            |s| &mut s.sites,
+            |o| o.data["status"]["observedGeneration"].as_i64(),
         ),
         follow(
             Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(c.clone(), NS),
             seen.clone(),
-            move |s, o, live| {
-                if live {
-                    let image = o
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.template.spec.as_ref())
-                        .and_then(|p| p.containers.first())
-                        .and_then(|c| c.image.clone());
-                    s.deps.insert(name(&o.metadata), image);
-                } else {
-                    s.deps.remove(&name(&o.metadata));
-                }
+            |s| &mut s.deps,
+            |o| {
+                o.spec
+                    .as_ref()
+                    .and_then(|s| s.template.spec.as_ref())
+                    .and_then(|p| p.containers.first())
+                    .and_then(|c| c.image.clone())
             },
         ),
         follow(
             Api::<k8s_openapi::api::core::v1::Service>::namespaced(c.clone(), NS),
             seen.clone(),
-            move |s, o, live| {
-                if live {
-                    s.services.insert(name(&o.metadata));
-                } else {
-                    s.services.remove(&name(&o.metadata));
-                }
-            },
+            |s| &mut s.services,
+            |_| (),
         ),
     ];
     (seen, tasks)
@@ -667,42 +668,34 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
     let profile = std::env::var("RULEOP_BENCH_PROFILE")
         .ok()
         .and_then(|v| v.parse::<u64>().ok());
-    let s0 = server_figures(&c).await;
+    let m0 = api_metrics(&c).await;
+    let s0 = server_figures(&m0);
     // CPU seconds of each process during the wave: the API server, etcd, this client, the
     // system under test.
-    let pids = || -> Vec<(&'static str, u32)> {
-        let pid_of = |f: &str| {
-            std::fs::read_to_string(cluster_dir().join("pids").join(f))
-                .ok()
-                .and_then(|p| p.trim().parse().ok())
-        };
-        let mut v = Vec::new();
-        if let Some(p) = pid_of("kube-apiserver.pid") {
-            v.push(("kube-apiserver", p));
-        }
-        if let Some(p) = pid_of("etcd.pid") {
-            v.push(("etcd", p));
-        }
-        v.push(("bench client", std::process::id()));
-        v
+    let pid_of = |f: &str| {
+        std::fs::read_to_string(cluster_dir().join("pids").join(f))
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok())
     };
-    let mut watched_pids = pids();
-    if let Some(p) = proc_.as_ref() {
-        watched_pids.push(("system", p.id()));
-    }
+    let watched_pids: Vec<(&str, u32)> = [
+        ("kube-apiserver", pid_of("kube-apiserver.pid")),
+        ("etcd", pid_of("etcd.pid")),
+        ("bench client", Some(std::process::id())),
+        ("system", proc_.as_ref().map(Child::id)),
+    ]
+    .into_iter()
+    .filter_map(|(what, pid)| Some((what, pid?)))
+    .collect();
     let cpu0: Vec<Option<f64>> = watched_pids
         .iter()
         .map(|(_, p)| proc_figures(*p).1)
         .collect();
-    let w0 = writes(&c).await;
+    let w0 = writes(&m0);
     let profiles = match profile {
         Some(secs) => start_profiles(&c, system, proc_.as_ref().map(Child::id), secs),
         None => Vec::new(),
     };
-    let started_at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or_default();
+    let started_at = unix_now();
     let t0 = Instant::now();
     stream::iter(0..n)
         .map(|i| {
@@ -722,20 +715,15 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
     if std::env::var_os("RULEOP_BENCH_DEBUG").is_some() {
         eprintln!("  client done after {:?}", t0.elapsed());
     }
-    let unix = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or_default()
-    };
     let create_seconds = wait_converged(&seen, n, "nginx:1", 1, t0).await?;
     if profile.is_some() {
         eprintln!(
             "  {system} create wave: from {started_at:.1} to {:.1} (unix time)",
-            unix()
+            unix_now()
         );
     }
-    let w1 = writes(&c).await;
+    let m1 = api_metrics(&c).await;
+    let w1 = writes(&m1);
     let (cw, _) = delta(&w0, &w1, &[("websites", "", "POST", n as f64)]);
     if profile.is_some() {
         for ((what, p), before) in watched_pids.iter().zip(&cpu0) {
@@ -753,7 +741,7 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
                 eprintln!("  {system} create wave: {line}");
             }
         }
-        let s1 = server_figures(&c).await;
+        let s1 = server_figures(&m1);
         for (k, v) in &s1 {
             let d = v - s0.get(k).copied().unwrap_or(0.0);
             if d > 0.0 {
@@ -784,12 +772,12 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
         .collect::<Vec<_>>()
         .await;
     let update_seconds = wait_converged(&seen, n, "nginx:2", 2, t0).await?;
-    let w2 = writes(&c).await;
+    let w2 = writes(&api_metrics(&c).await);
     let (uw, _) = delta(&w1, &w2, &[("websites", "", "PATCH", n as f64)]);
 
     // Steady state.
     tokio::time::sleep(Duration::from_secs(steady)).await;
-    let w3 = writes(&c).await;
+    let w3 = writes(&api_metrics(&c).await);
     let (sw, _) = delta(&w2, &w3, &[]);
     let (_, events) = delta(&w0, &w3, &[]);
 
@@ -847,8 +835,6 @@ async fn main() {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .collect();
-    // Rounds, systems interleaved, each against its own round's floor: on a small shared
-    // machine one run is noise; the median of ratios within rounds is the figure.
     let mut runs: BTreeMap<String, Vec<Figures>> = BTreeMap::new();
     let mut absent: BTreeMap<String, String> = BTreeMap::new();
     // Every system run is bracketed by floor runs (floor, A, floor, B, floor, ...), and its
@@ -856,7 +842,6 @@ async fn main() {
     // machine the speed drifts within minutes, so a ratio to a floor measured long before
     // is mostly noise. Rounds repeat this; the median of the ratios is the figure.
     let mut floor_prev: Option<Figures> = None;
-    let mut pending: Vec<Figures> = Vec::new();
     let systems_only: Vec<&str> = names.iter().copied().filter(|s| *s != "floor").collect();
     let total = rounds * systems_only.len();
     let mut done = 0;
@@ -879,14 +864,14 @@ async fn main() {
                 "bench: round {}/{rounds} ({done}/{total}): {s} with N={n} ...",
                 round + 1
             );
-            match run_system(s, n, if last { steady } else { 0 }).await {
-                Ok(f) => pending.push(f),
+            let mut f = match run_system(s, n, if last { steady } else { 0 }).await {
+                Ok(f) => f,
                 Err(e) => {
                     eprintln!("bench: {s} absent: {e}");
                     absent.insert((*s).to_string(), e);
                     continue;
                 }
-            }
+            };
             let after = run_floor(format!("after {s}")).await.ok();
             let (create, update) = match (&floor_prev, &after) {
                 (Some(a), Some(b)) => (
@@ -896,13 +881,10 @@ async fn main() {
                 (Some(x), None) | (None, Some(x)) => (x.create_seconds, x.update_seconds),
                 (None, None) => (f64::NAN, f64::NAN),
             };
-            for mut f in pending.drain(..) {
-                f.create_ratio_to_floor = Some(f.create_seconds / create);
-                f.update_ratio_to_floor = Some(f.update_seconds / update);
-                runs.entry(f.system.clone()).or_default().push(f);
-            }
-            if let Some(b) = after {
-                let mut b = b;
+            f.create_ratio_to_floor = Some(f.create_seconds / create);
+            f.update_ratio_to_floor = Some(f.update_seconds / update);
+            runs.entry(f.system.clone()).or_default().push(f);
+            if let Some(mut b) = after {
                 b.create_ratio_to_floor = Some(1.0);
                 b.update_ratio_to_floor = Some(1.0);
                 runs.entry("floor".into()).or_default().push(b.clone());

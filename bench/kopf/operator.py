@@ -44,24 +44,24 @@ def children(name, namespace, spec):
     return dep, svc, port
 
 
+def create_or_patch(create, patch, namespace, obj):
+    """Creates obj; if it already exists, patches it to match."""
+    try:
+        create(namespace, obj)
+    except kubernetes.client.exceptions.ApiException as e:
+        if e.status != 409:
+            raise
+        patch(obj["metadata"]["name"], namespace, obj)
+
+
 @kopf.on.create("example.com", "v1", "websites")
 @kopf.on.update("example.com", "v1", "websites")
 @kopf.on.resume("example.com", "v1", "websites")
 def reconcile(spec, name, namespace, body, meta, patch, **_):
     dep, svc, port = children(name, namespace, spec)
     kopf.adopt([dep, svc], owner=body)
-    try:
-        apps.create_namespaced_deployment(namespace, dep)
-    except kubernetes.client.exceptions.ApiException as e:
-        if e.status != 409:
-            raise
-        apps.patch_namespaced_deployment(dep["metadata"]["name"], namespace, dep)
-    try:
-        core.create_namespaced_service(namespace, svc)
-    except kubernetes.client.exceptions.ApiException as e:
-        if e.status != 409:
-            raise
-        core.patch_namespaced_service(svc["metadata"]["name"], namespace, svc)
+    create_or_patch(apps.create_namespaced_deployment, apps.patch_namespaced_deployment, namespace, dep)
+    create_or_patch(core.create_namespaced_service, core.patch_namespaced_service, namespace, svc)
     patch.status["readyReplicas"] = 0
     patch.status["url"] = f"http://{name}-web.{namespace}.svc.cluster.local:{port}"
     patch.status["observedGeneration"] = meta.get("generation")
