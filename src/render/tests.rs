@@ -1,19 +1,8 @@
 //! Rendering the shipped rules and hostile custom resources, with no cluster.
 
 use super::*;
-use crate::rules::load_str;
+use crate::rules::testing::{rule, website};
 use serde_json::json;
-use std::path::Path;
-
-fn rule(text: &str) -> std::sync::Arc<CompiledRule> {
-    let (mut rules, errors) = load_str(text, Path::new("test.yaml"));
-    assert!(errors.is_empty(), "{errors:?}");
-    rules.remove(0)
-}
-
-fn website() -> std::sync::Arc<CompiledRule> {
-    rule(include_str!("../../rules/website.yaml"))
-}
 
 fn website_cr(spec: Value) -> Value {
     json!({"apiVersion": "example.com/v1", "kind": "WebSite", "metadata": {"name": "my-blog", "namespace": "team-a", "uid": "u-1"}, "spec": spec})

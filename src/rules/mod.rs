@@ -13,3 +13,23 @@ pub use compile::{CompiledChild, CompiledField, CompiledRule, FieldSource, Key, 
 pub use error::{LoadError, Location};
 pub use load::{FileLoad, collect_files, load_file, load_paths, load_str};
 pub use spec::{FieldType, RuleSpec, WatchSpec};
+
+/// Rules for unit tests elsewhere in the crate.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{CompiledRule, load_str};
+    use std::path::Path;
+    use std::sync::Arc;
+
+    /// The one rule of a rules file's text, which must load without errors.
+    pub fn rule(text: &str) -> Arc<CompiledRule> {
+        let (mut rules, errors) = load_str(text, Path::new("test.yaml"));
+        assert!(errors.is_empty(), "{errors:?}");
+        rules.remove(0)
+    }
+
+    /// The shipped WebSite rule.
+    pub fn website() -> Arc<CompiledRule> {
+        rule(include_str!("../../rules/website.yaml"))
+    }
+}

@@ -2,31 +2,25 @@
 
 use super::*;
 use crate::render::scope;
-use crate::rules::load_str;
+use crate::rules::testing::{rule, website};
 use serde_json::json;
-use std::path::Path;
-
-fn website() -> std::sync::Arc<CompiledRule> {
-    let (mut rules, errors) = load_str(
-        include_str!("../../rules/website.yaml"),
-        Path::new("website.yaml"),
-    );
-    assert!(errors.is_empty(), "{errors:?}");
-    rules.remove(0)
-}
 
 fn cr(service_type: &str) -> Value {
     json!({"metadata": {"name": "my-blog", "namespace": "web"}, "spec": {"image": "nginx", "replicas": 3, "serviceType": service_type}})
 }
 
 fn compute_for(cr: &Value, observed: &[(&str, Value)]) -> Report {
-    let r = website();
-    let s = scope(&r, cr).unwrap();
+    compute_with(&website(), cr, observed)
+}
+
+/// The status `r` computes for `cr` with these children (by id).
+fn compute_with(r: &CompiledRule, cr: &Value, observed: &[(&str, Value)]) -> Report {
+    let s = scope(r, cr).unwrap();
     let observed: HashMap<String, Value> = observed
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
-    compute(&r, &s, cr, &observed)
+    compute(r, &s, cr, &observed)
 }
 
 #[test]
@@ -104,7 +98,7 @@ fn a_value_of_the_wrong_type_is_a_problem_and_the_default_is_used() {
 
 #[test]
 fn several_matches_fill_arrays_and_are_an_error_for_scalars() {
-    let (mut rules, errors) = load_str(
+    let r = rule(
         r#"
 name: multi
 watch: {group: x.io, version: v1, resource: things}
@@ -116,19 +110,11 @@ status:
     - {name: images, from: d, path: "$.spec.template.spec.containers[*].image", type: array}
     - {name: image, from: d, path: "$.spec.template.spec.containers[*].image", type: string}
 "#,
-        Path::new("m.yaml"),
     );
-    assert!(errors.is_empty(), "{errors:?}");
-    let r = rules.remove(0);
     let cr = json!({"metadata": {"name": "a", "namespace": "n"}});
     let d =
         json!({"spec": {"template": {"spec": {"containers": [{"image": "a"}, {"image": "b"}]}}}});
-    let rep = compute(
-        &r,
-        &scope(&r, &cr).unwrap(),
-        &cr,
-        &HashMap::from([("d".to_string(), d)]),
-    );
+    let rep = compute_with(&r, &cr, &[("d", d)]);
     assert_eq!(rep.fields["images"], json!(["a", "b"]));
     assert!(!rep.fields.contains_key("image"));
     assert!(
@@ -140,7 +126,7 @@ status:
 
 #[test]
 fn expressions_read_children_self_and_earlier_fields() {
-    let (mut rules, errors) = load_str(
+    let r = rule(
         r#"
 name: reads
 watch: {group: x.io, version: v1, resource: things}
@@ -155,19 +141,10 @@ status:
     - {name: owner, value: "self.metadata.name ~ '/' ~ status.replicas", type: string}
   ready: "children.s is none and status.replicas == 4"
 "#,
-        Path::new("r.yaml"),
     );
-    assert!(errors.is_empty(), "{errors:?}");
-    let r = rules.remove(0);
     assert!(r.status_reads.contains("children") && r.status_reads.contains("self"));
     let cr = json!({"metadata": {"name": "a", "namespace": "n"}});
-    let d = json!({"spec": {"replicas": 4}});
-    let rep = compute(
-        &r,
-        &scope(&r, &cr).unwrap(),
-        &cr,
-        &HashMap::from([("d".to_string(), d)]),
-    );
+    let rep = compute_with(&r, &cr, &[("d", json!({"spec": {"replicas": 4}}))]);
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
     assert_eq!(rep.fields["replicas"], json!(4));
     assert_eq!(rep.fields["owner"], json!("a/4"));
