@@ -237,8 +237,10 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
     } else {
         write_status(&ctx, &cr, &cr_json, scope.ok().as_ref(), &observed, &sync).await?;
     }
-    // One Event per kind of change, naming every child it covers.
-    for reason in ["Created", "Updated"] {
+    // One Event per kind of change, naming every child it covers (built only when Normal
+    // Events are published).
+    let normal_events = ctx.events == super::EventLevel::All;
+    for reason in ["Created", "Updated"].into_iter().filter(|_| normal_events) {
         let names: Vec<&str> = applied
             .iter()
             .filter(|(r, _)| *r == reason)
