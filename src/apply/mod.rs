@@ -7,9 +7,12 @@
 //! the last applied render, so a field dropped from the rule is still removed. Right after
 //! a write the cache may lag; a memo of our own writes keeps that from causing a second.
 
+pub mod adopt;
 mod compare;
+pub mod ownership;
 
-pub use compare::is_subset;
+pub use compare::{is_subset, project};
+pub use ownership::{AdoptPolicy, Verdict, judge};
 
 use crate::render::{FIELD_MANAGER, HASH_ANNOTATION, Rendered};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
@@ -22,7 +25,8 @@ use std::time::{Duration, Instant};
 /// Why a child could not be applied or pruned.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
-    /// The API server refused the object: the user must change the rule or the resource.
+    /// The API server refused the object; retrying unchanged will not help soon (see
+    /// [`Refusal`] for what ruleop does then).
     #[error("{kind} {name}: the API server refused it ({code} {reason}): {message}")]
     Refused {
         kind: String,
@@ -30,6 +34,7 @@ pub enum ApplyError {
         code: u16,
         reason: String,
         message: String,
+        class: Refusal,
     },
     /// A passing fault (connection, timeout, conflict, server error): retried with backoff.
     #[error("{kind} {name}: {source}")]
@@ -39,22 +44,56 @@ pub enum ApplyError {
         #[source]
         source: kube::Error,
     },
+    /// A create found an object of that name already there (not in ruleop's cache: it
+    /// lacks the rule's label), or an update found another object than the one judged.
+    #[error("{kind} {name}: another object of this name is there")]
+    Exists { kind: String, name: String },
+    /// This replica no longer holds the leader Lease (or cannot show it does): nothing
+    /// was sent.
+    #[error("not the leader (the Lease was not renewed in time): nothing written")]
+    NotLeader,
+}
+
+/// The two kinds of refusal (the README's error classification table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The object is wrong (400, 422, other 4xx, a 500 for a value of the wrong type): the
+    /// rule or the custom resource must change. Reported; retried on a change, and every
+    /// five minutes in case the cause was outside (an admission policy).
+    Invalid,
+    /// Not allowed (403: RBAC, a quota, an admission policy): fixed outside the resource.
+    /// Reported; retried with backoff until it goes through.
+    Forbidden,
+}
+
+/// How an API server's answer is taken: a refusal of some class, or None (transient:
+/// 401 after a token rotation, 404 while a namespace or kind comes and goes, 408, 409,
+/// 429, 5xx, and anything that is not an answer).
+pub fn classify(code: u16, message: &str) -> Option<Refusal> {
+    match code {
+        403 => Some(Refusal::Forbidden),
+        401 | 404 | 408 | 409 | 429 => None,
+        400..=499 => Some(Refusal::Invalid),
+        500 if message.contains("failed to create typed patch object") => Some(Refusal::Invalid),
+        _ => None,
+    }
 }
 
 impl ApplyError {
     fn from_kube(kind: &str, name: &str, e: kube::Error) -> ApplyError {
         match e {
-            kube::Error::Api(s)
-                if is_user_error(s.code) || is_type_mismatch(s.code, &s.message) =>
-            {
-                ApplyError::Refused {
-                    kind: kind.to_string(),
-                    name: name.to_string(),
-                    code: s.code,
-                    reason: s.reason.clone(),
-                    message: s.message.clone(),
-                }
-            }
+            kube::Error::Api(s) if is_uid_mismatch(s.code, &s.message) => ApplyError::Exists {
+                kind: kind.to_string(),
+                name: name.to_string(),
+            },
+            kube::Error::Api(s) if classify(s.code, &s.message).is_some() => ApplyError::Refused {
+                kind: kind.to_string(),
+                name: name.to_string(),
+                code: s.code,
+                reason: s.reason.clone(),
+                message: s.message.clone(),
+                class: classify(s.code, &s.message).unwrap_or(Refusal::Invalid),
+            },
             other => ApplyError::Transient {
                 kind: kind.to_string(),
                 name: name.to_string(),
@@ -63,21 +102,19 @@ impl ApplyError {
         }
     }
 
-    /// Whether retrying without a change cannot help.
-    pub fn is_refused(&self) -> bool {
-        matches!(self, ApplyError::Refused { .. })
+    /// The refusal class, when the API server refused.
+    pub fn refusal(&self) -> Option<Refusal> {
+        match self {
+            ApplyError::Refused { class, .. } => Some(*class),
+            _ => None,
+        }
     }
 }
 
-/// The API server answers a server-side apply whose values do not fit the kind's schema
-/// (a number where a string belongs) with a 500; retrying cannot fix it either.
-fn is_type_mismatch(code: u16, message: &str) -> bool {
-    code == 500 && message.contains("failed to create typed patch object")
-}
-
-/// 4xx answers that retrying will not fix (409 Conflict and 429 Too Many Requests will).
-fn is_user_error(code: u16) -> bool {
-    (400..500).contains(&code) && code != 409 && code != 429
+/// The answer to an apply whose `metadata.uid` is not the live object's: the object is
+/// another than the one the apply was meant for.
+fn is_uid_mismatch(code: u16, message: &str) -> bool {
+    (code == 409 || code == 422) && message.contains("uid")
 }
 
 /// Identifies a child object across rules' kinds.
@@ -115,22 +152,30 @@ impl ObjectKey {
 /// cache lags (and apply again: the object may have been deleted meanwhile).
 pub const CACHE_LAG_GRACE: Duration = Duration::from_secs(10);
 
-/// What we last wrote to an object: the render hash and the resourceVersion it got.
+/// What we last wrote to an object: the render hash, the resourceVersion it got, and a
+/// hash of what the server made of the rendered fields ([`canonical_hash`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Written {
     pub hash: String,
     pub resource_version: String,
+    pub canonical: String,
     pub at: Instant,
 }
 
 impl Written {
-    pub fn now(hash: String, resource_version: String) -> Written {
+    pub fn now(hash: String, resource_version: String, canonical: String) -> Written {
         Written {
             hash,
             resource_version,
+            canonical,
             at: Instant::now(),
         }
     }
+}
+
+/// A hash of the part of `live` that `rendered` sets ([`project`]).
+pub fn canonical_hash(rendered: &Value, live: &Value) -> String {
+    crate::render::hash_of(&project(rendered, live))
 }
 
 /// Our own recent writes, so a lagging cache does not cause a second one: per object,
@@ -161,6 +206,12 @@ impl<V: Clone> Memo<V> {
     pub fn forget(&self, k: &ObjectKey) {
         if let Ok(mut m) = self.inner.lock() {
             m.remove(k);
+        }
+    }
+    /// Keeps only the entries `keep` says yes to.
+    pub fn retain(&self, mut keep: impl FnMut(&ObjectKey, &V) -> bool) {
+        if let Ok(mut m) = self.inner.lock() {
+            m.retain(|k, v| keep(k, v));
         }
     }
     pub fn len(&self) -> usize {
@@ -207,6 +258,13 @@ pub fn needs_apply(desired: &Rendered, live: Option<&Value>, last: Option<&Writt
             Some(rv) if not_newer(rv, &w.resource_version) => return false,
             _ => {}
         }
+        // A newer object (its status moved on) that still holds what the server made of
+        // our write: the values it canonicalises (`500m` for `0.5`) are no difference.
+        if let Some(live) = live
+            && canonical_hash(&desired.object, live) == w.canonical
+        {
+            return false;
+        }
     }
     let Some(live) = live else { return true };
     let applied = live
@@ -216,15 +274,129 @@ pub fn needs_apply(desired: &Rendered, live: Option<&Value>, last: Option<&Writt
     !(applied == Some(desired.hash.as_str()) && is_subset(&desired.object, live))
 }
 
-/// Server-side applies one child, forced, as ruleop's field manager.
+/// A uid no object has: an apply carrying it can only create the object. If one of that
+/// name exists, the API server refuses the apply (uid is immutable) and nothing changes:
+/// "create if absent" in one request, with no window between a check and the write.
+pub const NO_OBJECT_UID: &str = "00000000-0000-0000-0000-000000000000";
+
+/// Server-side applies one child, forced, as ruleop's field manager, to the object with
+/// `uid` (or only as a new object, with [`NO_OBJECT_UID`]): never to another object that
+/// took the name meanwhile.
 pub async fn apply(
     api: &Api<DynamicObject>,
     child: &Rendered,
+    uid: &str,
 ) -> Result<DynamicObject, ApplyError> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(&child.name, &params, &Patch::Apply(&child.object))
+    let mut body = child.object.clone();
+    if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("uid".into(), Value::String(uid.to_string()));
+    }
+    api.patch(&child.name, &params, &Patch::Apply(&body))
         .await
         .map_err(|e| ApplyError::from_kube(&child.kind, &child.name, e))
+}
+
+/// What became of one child's write.
+#[derive(Debug)]
+pub enum Outcome {
+    Created(DynamicObject),
+    Updated(DynamicObject),
+    /// Taken over from the previous operator (`why` from the verdict).
+    Adopted(DynamicObject, &'static str),
+    /// Someone else's object has the name: left untouched.
+    NotOwned {
+        controller: String,
+    },
+}
+
+/// Whose a child is: the custom resource's uid, the rule, and the child's policy.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    pub cr_uid: &'a str,
+    pub rule: &'a str,
+    pub adopt: AdoptPolicy,
+}
+
+/// Writes one child through the ownership model: an object ruleop owns is applied (to
+/// that object only); a missing one is created (only if still missing); an existing one
+/// that is not ruleop's is adopted where the policy allows, else left alone.
+/// `live` is the cached object, if any (the cache holds only objects with the rule's label).
+pub async fn write_child(
+    api: &Api<DynamicObject>,
+    child: &Rendered,
+    live: Option<&Value>,
+    claim: Claim<'_>,
+) -> Result<Outcome, ApplyError> {
+    if let Some(live) = live {
+        return write_existing(api, child, live, claim).await;
+    }
+    match apply(api, child, NO_OBJECT_UID).await {
+        Ok(obj) => Ok(Outcome::Created(obj)),
+        Err(ApplyError::Exists { .. }) => {
+            // There without the rule's label (or not cached yet): judge it as it is now.
+            let fresh = api
+                .get(&child.name)
+                .await
+                .map_err(|e| ApplyError::from_kube(&child.kind, &child.name, e))?;
+            let fresh = serde_json::to_value(&fresh).unwrap_or_default();
+            write_existing(api, child, &fresh, claim).await
+        }
+        Err(e) => Err(e),
+    }
+}
+
+async fn write_existing(
+    api: &Api<DynamicObject>,
+    child: &Rendered,
+    live: &Value,
+    claim: Claim<'_>,
+) -> Result<Outcome, ApplyError> {
+    let uid = live
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or(NO_OBJECT_UID);
+    match judge(live, claim.cr_uid, claim.rule, claim.adopt) {
+        Verdict::Owned => apply(api, child, uid).await.map(Outcome::Updated),
+        Verdict::NotOwned { controller } => Ok(Outcome::NotOwned { controller }),
+        Verdict::Adopt { why } => {
+            // The cache strips managedFields: read the object whole before moving them.
+            let fresh = api
+                .get(&child.name)
+                .await
+                .map_err(|e| ApplyError::from_kube(&child.kind, &child.name, e))?;
+            let fresh = serde_json::to_value(&fresh).unwrap_or_default();
+            if fresh.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid) {
+                return Err(ApplyError::Exists {
+                    kind: child.kind.clone(),
+                    name: child.name.clone(),
+                });
+            }
+            let now = k8s_openapi::jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%SZ")
+                .to_string();
+            if let Some(patch) = adopt::ownership_transfer(&fresh, FIELD_MANAGER, &now) {
+                let patch: json_patch::Patch =
+                    serde_json::from_value(patch).map_err(|e| ApplyError::Refused {
+                        kind: child.kind.clone(),
+                        name: child.name.clone(),
+                        code: 0,
+                        reason: "OwnershipTransfer".into(),
+                        message: e.to_string(),
+                        class: Refusal::Invalid,
+                    })?;
+                api.patch(
+                    &child.name,
+                    &PatchParams::default(),
+                    &Patch::<()>::Json(patch),
+                )
+                .await
+                .map_err(|e| ApplyError::from_kube(&child.kind, &child.name, e))?;
+            }
+            let obj = apply(api, child, uid).await?;
+            Ok(Outcome::Adopted(obj, why))
+        }
+    }
 }
 
 /// Deletes a child that is no longer rendered, only if it is still the object we saw.
@@ -270,7 +442,7 @@ mod tests {
 
     #[test]
     fn the_cache_is_behind_until_it_shows_our_write() {
-        let w = Written::now("h".into(), "20".into());
+        let w = Written::now("h".into(), "20".into(), String::new());
         let at = |rv: &str| json!({"metadata": {"resourceVersion": rv}});
         assert!(
             !cache_behind(None, None),
@@ -321,7 +493,7 @@ mod tests {
         assert!(needs_apply(
             &r,
             Some(&live),
-            Some(&Written::now(r.hash.clone(), "10".into()))
+            Some(&Written::now(r.hash.clone(), "10".into(), String::new()))
         ));
     }
 
@@ -337,7 +509,7 @@ mod tests {
     #[test]
     fn a_lagging_cache_after_our_own_write_causes_no_second_write() {
         let r = rendered(json!({"metadata": {"name": "x"}, "data": {"a": "1"}}));
-        let written = Written::now(r.hash.clone(), "20".into());
+        let written = Written::now(r.hash.clone(), "20".into(), String::new());
         assert!(!needs_apply(&r, None, Some(&written)), "not cached yet");
         let mut stale =
             json!({"metadata": {"name": "x", "resourceVersion": "19"}, "data": {"a": "0"}});
@@ -353,16 +525,48 @@ mod tests {
     }
 
     #[test]
+    fn a_value_the_server_canonicalised_is_not_applied_again_when_the_status_moves() {
+        let r = rendered(json!({"metadata": {"name": "x"}, "spec": {"cpu": "0.5"}}));
+        let mut answer = r.object.clone();
+        answer["metadata"]["resourceVersion"] = json!("10");
+        answer["spec"]["cpu"] = json!("500m");
+        let w = Written::now(
+            r.hash.clone(),
+            "10".into(),
+            canonical_hash(&r.object, &answer),
+        );
+        let mut later = answer.clone();
+        later["metadata"]["resourceVersion"] = json!("11");
+        later["status"] = json!({"ready": 1});
+        assert!(!needs_apply(&r, Some(&later), Some(&w)));
+        later["spec"]["cpu"] = json!("2");
+        assert!(
+            needs_apply(&r, Some(&later), Some(&w)),
+            "a hand edit is still seen"
+        );
+    }
+
+    #[test]
     fn refusals_are_told_from_passing_faults() {
-        assert!(is_user_error(422));
-        assert!(is_user_error(403));
-        assert!(!is_user_error(409));
-        assert!(!is_user_error(429));
-        assert!(!is_user_error(500));
-        assert!(is_type_mismatch(
-            500,
-            "failed to create typed patch object (ns/x; /v1, Kind=ConfigMap): .data.size: expected string"
+        assert_eq!(classify(422, "invalid"), Some(Refusal::Invalid));
+        assert_eq!(classify(400, "bad request"), Some(Refusal::Invalid));
+        assert_eq!(classify(413, "too large"), Some(Refusal::Invalid));
+        assert_eq!(classify(403, "forbidden"), Some(Refusal::Forbidden));
+        assert_eq!(classify(403, "exceeded quota"), Some(Refusal::Forbidden));
+        for transient in [401, 404, 408, 409, 429, 500, 503, 504] {
+            assert_eq!(classify(transient, "x"), None, "{transient}");
+        }
+        assert_eq!(
+            classify(
+                500,
+                "failed to create typed patch object (ns/x; /v1, Kind=ConfigMap): .data.size: expected string"
+            ),
+            Some(Refusal::Invalid)
+        );
+        assert!(is_uid_mismatch(
+            422,
+            "metadata.uid: Invalid value: field is immutable"
         ));
-        assert!(!is_type_mismatch(500, "etcdserver: request timed out"));
+        assert!(!is_uid_mismatch(422, "spec.replicas: Invalid value"));
     }
 }

@@ -22,12 +22,22 @@ pub struct EventQueue {
 }
 
 impl EventQueue {
-    /// Starts the publishing task of `rule`, publishing with `recorder`.
-    pub fn start(recorder: Recorder, metrics: Arc<Metrics>, rule: String) -> EventQueue {
+    /// Starts the publishing task of `rule`, publishing with `recorder` while `fence`
+    /// holds (an Event is a write too: a replica that lost leadership posts none).
+    pub fn start(
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        rule: String,
+        fence: Arc<super::leader::Fence>,
+    ) -> EventQueue {
         let recorder = Arc::new(recorder);
         Self::start_with(QUEUE_CAPACITY, metrics, rule, move |ev, reference| {
             let recorder = recorder.clone();
+            let fence = fence.clone();
             async move {
+                if !fence.holds() {
+                    return;
+                }
                 if let Err(e) = recorder.publish(&ev, &reference).await {
                     tracing::debug!(error = %e, reason = %ev.reason, "could not publish event");
                 }

@@ -2,6 +2,7 @@
 //! campaigns for the leader Lease, runs one controller per rule while leading, reloads
 //! the rules when their files change, and shuts down gracefully on SIGTERM/SIGINT.
 
+pub mod children;
 pub mod discovery;
 pub mod events;
 pub mod leader;
@@ -15,7 +16,7 @@ use crate::admin::{self, Health};
 use crate::metrics::Metrics;
 use crate::rules::book::{Problem, RuleBook};
 use clap::Args;
-use leader::{Election, LeaseConfig};
+use leader::{Election, Fence, LeaseConfig};
 use runner::Options;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -51,9 +52,16 @@ pub struct RunArgs {
     /// Name of the leader Lease.
     #[arg(long, default_value = "ruleop-leader")]
     pub lease_name: String,
-    /// Seconds the Lease stays valid after its holder's last renewal.
+    /// Seconds a standby waits after the Lease last changed before taking it over.
     #[arg(long, default_value_t = 15)]
     pub lease_duration: u64,
+    /// Seconds after the start of its last successful renewal at which the leader stops
+    /// writing (default: 2/3 of the lease duration). Must be shorter than the lease duration.
+    #[arg(long)]
+    pub renew_deadline: Option<f64>,
+    /// Seconds between attempts to renew or acquire the Lease (default: 1/5 of the renew deadline).
+    #[arg(long)]
+    pub retry_period: Option<f64>,
     /// This process's identity in the Lease (default: $POD_NAME, else host name and pid).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
@@ -98,18 +106,25 @@ pub enum RunError {
     #[error("cannot watch the rules files: {0}")]
     Watch(#[source] notify::Error),
     #[error("leader election: {0}")]
-    Lease(#[source] kube_lease_manager::LeaseManagerError),
+    Lease(#[source] leader::LeaseError),
 }
 
 /// A client whose reads time out a little after the server should have ended a watch:
 /// a request on a silently stalled connection (an apply, a list) fails and is retried
 /// instead of hanging forever. (Watches have kube's own idle timeout, just under this.)
-async fn client(watch_timeout: u32) -> Result<kube::Client, RunError> {
+async fn client(watch_timeout: u32, identity: &str) -> Result<kube::Client, RunError> {
     let mut config = kube::Config::infer()
         .await
         .map_err(|e| RunError::Client(kube::Error::InferConfig(e)))?;
     config.read_timeout = Some(Duration::from_secs(u64::from(watch_timeout) + 10));
     config.reset_reader_on_write = true;
+    // Each replica says who it is, so the API server's audit log tells them apart.
+    if let Ok(agent) = http::HeaderValue::from_str(&format!(
+        "ruleop/{} ({identity})",
+        env!("CARGO_PKG_VERSION")
+    )) {
+        config.headers.push((http::header::USER_AGENT, agent));
+    }
     kube::Client::try_from(config).map_err(RunError::Client)
 }
 
@@ -167,7 +182,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     }
     let (_watcher, mut changes) = reload::watch(book.paths()).map_err(RunError::Watch)?;
 
-    let client = client(args.watch_timeout_seconds).await?;
+    let me = identity(&args);
+    let client = client(args.watch_timeout_seconds, &me).await?;
     let addr = admin::serve(args.admin_addr, metrics.clone(), health.clone())
         .await
         .map_err(|source| RunError::Admin {
@@ -176,7 +192,30 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         })?;
     tracing::info!(%addr, "admin server listening");
 
-    let me = identity(&args);
+    let lease = args.leader_elect.then(|| {
+        let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
+        let (duration, renew_deadline, retry) = LeaseConfig::timing(
+            Duration::from_secs(args.lease_duration),
+            args.renew_deadline.map(secs),
+            args.retry_period.map(secs),
+        );
+        LeaseConfig {
+            namespace: args.lease_namespace.clone(),
+            name: args.lease_name.clone(),
+            identity: me.clone(),
+            duration,
+            renew_deadline,
+            retry,
+        }
+    });
+    if let Some(cfg) = &lease {
+        cfg.check().map_err(RunError::Lease)?;
+    }
+    let election = lease.as_ref().map(|cfg| {
+        tracing::info!(lease = %cfg.name, namespace = %cfg.namespace, identity = %me, renew_deadline_ms = cfg.renew_deadline.as_millis() as u64, "campaigning for leadership");
+        Election::start(client.clone(), cfg.clone())
+    });
+    let fence = election.as_ref().map_or_else(Fence::open, Election::fence);
     let opts = Options {
         concurrency: args.concurrency,
         resync: Duration::from_secs(args.resync_seconds),
@@ -189,27 +228,12 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             controller: "ruleop".into(),
             instance: Some(me.clone()),
         },
+        fence,
     };
     let mut sup = Supervisor::new(client.clone(), opts, metrics.clone(), health.clone());
     sup.set_desired(initial);
 
-    let mut election = if args.leader_elect {
-        let cfg = LeaseConfig {
-            namespace: args.lease_namespace.clone(),
-            name: args.lease_name.clone(),
-            identity: me.clone(),
-            duration: args.lease_duration,
-            grace: (args.lease_duration / 3).max(1),
-        };
-        tracing::info!(lease = %cfg.name, namespace = %cfg.namespace, identity = %me, "campaigning for leadership");
-        Some(
-            Election::start(client.clone(), &cfg)
-                .await
-                .map_err(RunError::Lease)?,
-        )
-    } else {
-        None
-    };
+    let mut election = election;
     let mut leading = election.as_ref().is_none_or(Election::is_leader);
     set_leader(leading, &metrics, &health);
     if leading {
@@ -237,8 +261,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
                         tracing::info!(identity = %me, "became leader: starting controllers");
                         sup.converge().await;
                     } else {
-                        tracing::warn!(identity = %me, "lost leadership: stopping controllers");
-                        sup.stop_all().await;
+                        // The fence already stops every write; in-flight reconciles are
+                        // cancelled rather than waited for.
+                        tracing::warn!(identity = %me, "lost leadership: cancelling controllers");
+                        sup.abort_all().await;
                     }
                 }
             }
@@ -253,8 +279,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     }
     tracing::info!("shutting down: finishing in-flight reconciles");
     sup.stop_all().await;
-    if let Some(e) = election {
-        e.release().await;
+    if let (Some(e), Some(cfg)) = (election, &lease) {
+        e.release(client.clone(), cfg).await;
     }
     tracing::info!("stopped");
     Ok(())

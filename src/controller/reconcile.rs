@@ -3,22 +3,24 @@
 //! changed. A user's mistake is written on the custom resource and waits for a change; a
 //! passing fault is returned as an error and retried with per-object backoff.
 
-use crate::apply::{self, ApplyError, Memo, ObjectKey, Written};
+use super::children::{self, Problem, Retry};
+use super::leader::Fence;
+use crate::apply::{self, ApplyError, Memo, ObjectKey};
 use crate::controller::discovery::Resolved;
 use crate::controller::events::EventQueue;
-use crate::controller::owners::{OwnerIndex, controller_uid};
+use crate::controller::owners::OwnerIndex;
 use crate::metrics::Metrics;
-use crate::render::{self, CHILD_LABEL, FIELD_MANAGER, Rendered};
+use crate::render::{self, FIELD_MANAGER, Rendered};
 use crate::rules::CompiledRule;
 use crate::status::{self, Condition, merge_conditions};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,13 +49,15 @@ pub struct Ctx {
     /// the stale cached status for a difference and writing again.
     pub status_memo: Arc<Memo<(String, Value)>>,
     /// Consecutive failures per custom resource, for backoff.
-    pub failures: Mutex<HashMap<String, u32>>,
+    pub failures: Arc<Mutex<HashMap<String, u32>>>,
     /// How often a healthy custom resource is checked again with no event.
     pub resync: Duration,
     pub metrics: Arc<Metrics>,
     /// Where Events go (a bounded queue to the rule's publishing task).
     pub events_out: EventQueue,
     pub events: super::EventLevel,
+    /// Asked before every write: false once this replica may no longer write.
+    pub fence: Arc<Fence>,
 }
 
 /// A reconcile that must be retried.
@@ -65,6 +69,9 @@ pub enum ReconcileError {
     /// The status could not be written.
     #[error("writing status: {0}")]
     Status(#[source] kube::Error),
+    /// This replica may no longer write (leadership lost): nothing was sent.
+    #[error("not the leader: the status was not written")]
+    NotLeader,
     /// The object from the cache could not be turned into JSON (should not happen).
     #[error("reading the custom resource: {0}")]
     Decode(#[source] serde_json::Error),
@@ -74,11 +81,30 @@ pub enum ReconcileError {
 #[derive(Debug, Clone, PartialEq)]
 enum Sync {
     Ok,
-    Failed {
-        reason: &'static str,
-        message: String,
-    },
+    Failed(Problem),
 }
+
+impl Sync {
+    /// The first problem wins the condition; the others are in its message.
+    fn of(mut problems: Vec<Problem>) -> Sync {
+        if problems.is_empty() {
+            return Sync::Ok;
+        }
+        let mut first = problems.remove(0);
+        for p in problems {
+            first.message.push_str("; ");
+            first.message.push_str(&p.message);
+            if p.retry == Retry::Backoff {
+                first.retry = Retry::Backoff;
+            }
+        }
+        Sync::Failed(first)
+    }
+}
+
+/// How long a resource refused for a reason in itself waits before it is tried again
+/// anyway (the cause may have been outside: an admission policy).
+const RETRY_INVALID: Duration = Duration::from_secs(300);
 
 fn key_of(cr: &DynamicObject) -> String {
     format!("{}/{}", cr.namespace().unwrap_or_default(), cr.name_any())
@@ -96,6 +122,7 @@ impl ReconcileError {
         match self {
             ReconcileError::Apply(_) | ReconcileError::Decode(_) => "apply_transient",
             ReconcileError::Status(_) => "status_write",
+            ReconcileError::NotLeader => "not_leader",
         }
     }
 }
@@ -103,7 +130,7 @@ impl ReconcileError {
 /// Queues an Event on the custom resource (published off the reconcile path, best-effort).
 /// `child`, when given, is the object the event is about (it also keeps events about
 /// different children apart in the recorder's series).
-fn event(
+pub(super) fn event(
     ctx: &Ctx,
     cr: &DynamicObject,
     type_: EventType,
@@ -151,25 +178,31 @@ pub fn error_policy(cr: Arc<DynamicObject>, err: &ReconcileError, ctx: Arc<Ctx>)
         *n += 1;
         *n
     };
-    let delay = backoff(n - 1);
+    let delay = backoff(n.saturating_sub(1));
     tracing::warn!(rule = %ctx.rule.name, object = %key_of(&cr), error = %err, attempt = n, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
     Action::requeue(delay)
+}
+
+/// Counts one more failure of `cr` and gives its backoff.
+fn retry_later(ctx: &Ctx, cr: &DynamicObject) -> Duration {
+    let mut f = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
+    let n = f.entry(key_of(cr)).or_insert(0);
+    *n += 1;
+    backoff(*n - 1)
 }
 
 /// Reconciles one custom resource.
 pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
     if cr.metadata.deletion_timestamp.is_some() {
         // The garbage collector removes the children (ownerReferences).
+        forget(&ctx, &cr);
         return Ok(Action::await_change());
     }
     let rule = &ctx.rule;
     let _timer = ctx.metrics.reconcile(&rule.name);
     let ns = cr.namespace().unwrap_or_default();
     let cr_json = serde_json::to_value(&*cr).map_err(ReconcileError::Decode)?;
-    let uid = cr.uid();
-    let mut observed: HashMap<String, Value> = HashMap::new();
-    let mut applied: Vec<(&'static str, String)> = Vec::new();
-    let mut cache_behind = false;
+    let uid = cr.uid().unwrap_or_default();
 
     // The template variables, built once for the children and the status.
     let scope = render::scope(rule, &cr_json);
@@ -177,70 +210,120 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
         .as_ref()
         .map_err(Clone::clone)
         .and_then(|s| render::render_in(rule, s));
+    let mut round = children::Round::default();
     let sync = match rendered {
-        Err(e) => Sync::Failed {
+        Err(e) => Sync::of(vec![Problem {
             reason: "RenderFailed",
             message: e.to_string(),
-        },
+            retry: Retry::OnChange,
+        }]),
         Ok(children) => match scope_problem(&ctx, &children) {
-            Some(message) => Sync::Failed {
+            Some(message) => Sync::of(vec![Problem {
                 reason: "ClusterScopedChild",
                 message,
-            },
+                retry: Retry::OnChange,
+            }]),
             None => {
-                let sync = apply_children(
-                    &ctx,
-                    &ns,
-                    &children,
-                    &mut observed,
-                    &mut applied,
-                    &mut cache_behind,
-                )
-                .await?;
-                if let Some(uid) = &uid {
-                    prune_children(&ctx, &cr, &ns, uid, &children).await?;
-                }
-                sync
+                round = children::apply_children(&ctx, &ns, &uid, &children).await;
+                children::prune_children(&ctx, &cr, &ns, &uid, &children, &mut round).await;
+                Sync::of(std::mem::take(&mut round.problems))
             }
         },
     };
-
-    if let Sync::Failed { reason, message } = &sync {
-        let category = match *reason {
-            "RenderFailed" => "render",
-            "ClusterScopedChild" => "cluster_scoped",
-            _ => "apply_refused",
-        };
-        ctx.metrics.error(&rule.name, category);
-        tracing::warn!(rule = %rule.name, object = %key_of(&cr), reason, error = %message, "custom resource not synced; waiting for a change");
-        let was = cr_json
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .and_then(|a| a.iter().find(|c| c["type"] == "Synced"))
-            .map(|c| (c["reason"].clone(), c["message"].clone()));
-        if was != Some((json!(reason), json!(message))) {
-            event(
-                &ctx,
-                &cr,
-                EventType::Warning,
-                reason,
-                "Reconcile",
-                message.clone(),
-                None,
-            );
-        }
+    if let Some(e) = round.transient {
+        // A passing fault: retried with backoff; the status waits for a round that knows.
+        return Err(match e {
+            ApplyError::NotLeader => ReconcileError::NotLeader,
+            e => ReconcileError::Apply(e),
+        });
     }
-    if cache_behind && sync == Sync::Ok {
+    if let Sync::Failed(p) = &sync {
+        report_problem(&ctx, &cr, &cr_json, p);
+    }
+    if round.cache_behind && sync == Sync::Ok {
         // A child we wrote is not in the cache yet: its watch event triggers another
         // reconcile, which writes the status from it (now it would be stale, and written twice).
         tracing::debug!(rule = %rule.name, object = %key_of(&cr), "status waits for the cache to show our writes");
     } else {
-        write_status(&ctx, &cr, &cr_json, scope.ok().as_ref(), &observed, &sync).await?;
+        write_status(
+            &ctx,
+            &cr,
+            &cr_json,
+            scope.ok().as_ref(),
+            &round.observed,
+            &sync,
+        )
+        .await?;
     }
-    // One Event per kind of change, naming every child it covers (built only when Normal
-    // Events are published).
-    let normal_events = ctx.events == super::EventLevel::All;
-    for reason in ["Created", "Updated"].into_iter().filter(|_| normal_events) {
+    publish_applied(&ctx, &cr, &round.applied);
+    Ok(match sync {
+        Sync::Ok => {
+            forget_failures(&ctx, &cr);
+            Action::requeue(ctx.resync)
+        }
+        Sync::Failed(Problem {
+            retry: Retry::OnChange,
+            ..
+        }) => {
+            forget_failures(&ctx, &cr);
+            Action::requeue(RETRY_INVALID)
+        }
+        Sync::Failed(Problem {
+            retry: Retry::Backoff,
+            ..
+        }) => Action::requeue(retry_later(&ctx, &cr)),
+    })
+}
+
+fn forget_failures(ctx: &Ctx, cr: &DynamicObject) {
+    if let Ok(mut f) = ctx.failures.lock() {
+        f.remove(&key_of(cr));
+    }
+}
+
+/// Drops what ruleop keeps about a resource that is going away.
+pub fn forget(ctx: &Ctx, cr: &DynamicObject) {
+    forget_failures(ctx, cr);
+    ctx.status_memo
+        .forget(&ObjectKey::of_object(&ctx.parent.resource, cr));
+}
+
+/// Logs, counts and (when the `Synced` condition changes) publishes a problem.
+fn report_problem(ctx: &Ctx, cr: &DynamicObject, cr_json: &Value, p: &Problem) {
+    let category = match p.reason {
+        "RenderFailed" => "render",
+        "ClusterScopedChild" => "cluster_scoped",
+        "NotOwned" => "not_owned",
+        "Forbidden" => "forbidden",
+        _ => "apply_refused",
+    };
+    ctx.metrics.error(&ctx.rule.name, category);
+    tracing::warn!(rule = %ctx.rule.name, object = %key_of(cr), reason = p.reason, error = %p.message, "custom resource not synced");
+    let was = cr_json
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().find(|c| c["type"] == "Synced"))
+        .map(|c| (c["reason"].clone(), c["message"].clone()));
+    if was != Some((json!(p.reason), json!(p.message))) {
+        event(
+            ctx,
+            cr,
+            EventType::Warning,
+            p.reason,
+            "Reconcile",
+            p.message.clone(),
+            None,
+        );
+    }
+}
+
+/// One Event per kind of change, naming every child it covers (built only when Normal
+/// Events are published).
+fn publish_applied(ctx: &Ctx, cr: &DynamicObject, applied: &[(&'static str, String)]) {
+    if ctx.events != super::EventLevel::All {
+        return;
+    }
+    for reason in ["Created", "Updated", "Adopted"] {
         let names: Vec<&str> = applied
             .iter()
             .filter(|(r, _)| *r == reason)
@@ -249,163 +332,20 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
         if !names.is_empty() {
             let note = names.join(", ");
             let action = truncate(format!("Apply {note}"), 120);
-            event(&ctx, &cr, EventType::Normal, reason, &action, note, None);
+            event(ctx, cr, EventType::Normal, reason, &action, note, None);
         }
     }
-    if let Ok(mut f) = ctx.failures.lock() {
-        f.remove(&key_of(&cr));
-    }
-    Ok(match sync {
-        Sync::Ok => Action::requeue(ctx.resync),
-        Sync::Failed { .. } => Action::await_change(),
-    })
-}
-
-fn child_index(rule: &CompiledRule, id: &str) -> Option<usize> {
-    rule.children.iter().position(|c| c.id == id)
 }
 
 /// A child whose kind is cluster-scoped (known only from discovery) is refused.
 fn scope_problem(ctx: &Ctx, children: &[Rendered]) -> Option<String> {
     children.iter().find_map(|c| {
-        let k = &ctx.kinds[ctx.child_kind[child_index(&ctx.rule, &c.id)?]];
+        let i = ctx.rule.children.iter().position(|x| x.id == c.id)?;
+        let k = &ctx.kinds[ctx.child_kind[i]];
         (!k.resolved.namespaced).then(|| {
             format!("child `{}`: {} is cluster-scoped; children always live in the custom resource's namespace; nothing was created", c.id, c.kind)
         })
     })
-}
-
-/// Applies what differs; records each write in `applied` as (Created|Updated, "Kind name")
-/// and each child's live object (the apply's answer, or the cached one) in `observed`.
-async fn apply_children(
-    ctx: &Ctx,
-    ns: &str,
-    children: &[Rendered],
-    observed: &mut HashMap<String, Value>,
-    applied: &mut Vec<(&'static str, String)>,
-    cache_behind: &mut bool,
-) -> Result<Sync, ReconcileError> {
-    // Decide first (no request), then send every apply at once: the children of one
-    // resource are independent, and a reconcile is mostly waiting on the API server.
-    let mut pending = Vec::new();
-    for c in children {
-        let Some(i) = child_index(&ctx.rule, &c.id) else {
-            continue;
-        };
-        let kind = &ctx.kinds[ctx.child_kind[i]];
-        let oref = ObjectRef::new_with(&c.name, kind.resolved.resource.clone()).within(ns);
-        let live = kind
-            .store
-            .get(&oref)
-            .and_then(|o| serde_json::to_value(&*o).ok());
-        let key = ObjectKey::of(c);
-        let last = ctx.memo.get(&key);
-        if apply::needs_apply(c, live.as_ref(), last.as_ref()) {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(ctx.client.clone(), ns, &kind.resolved.resource);
-            pending.push((c, key, live, api));
-        } else {
-            *cache_behind |= apply::cache_behind(live.as_ref(), last.as_ref());
-            if let Some(live) = live {
-                observed.insert(c.id.clone(), live);
-            }
-        }
-    }
-    let results =
-        futures::future::join_all(pending.iter().map(|(c, _, _, api)| apply::apply(api, c))).await;
-    let mut refused = Vec::new();
-    let mut transient = None;
-    for ((c, key, live, _), result) in pending.into_iter().zip(results) {
-        match result {
-            Ok(obj) => {
-                let (action, reason) = if live.is_some() {
-                    ("update", "Updated")
-                } else {
-                    ("create", "Created")
-                };
-                ctx.metrics.write(&ctx.rule.name, action);
-                tracing::info!(rule = %ctx.rule.name, child = %c.id, kind = %c.kind, name = %c.name, namespace = %ns, action, "applied child");
-                applied.push((reason, format!("{} {}", c.kind, c.name)));
-                ctx.memo.put(
-                    key,
-                    Written::now(c.hash.clone(), obj.resource_version().unwrap_or_default()),
-                );
-                if let Ok(v) = serde_json::to_value(&obj) {
-                    observed.insert(c.id.clone(), v);
-                }
-            }
-            Err(e) if e.is_refused() => {
-                refused.push(e.to_string());
-                // The status still reports what is there.
-                if let Some(live) = live {
-                    observed.insert(c.id.clone(), live);
-                }
-            }
-            Err(e) => transient = transient.or(Some(e)),
-        }
-    }
-    if let Some(e) = transient {
-        return Err(ReconcileError::Apply(e));
-    }
-    Ok(if refused.is_empty() {
-        Sync::Ok
-    } else {
-        Sync::Failed {
-            reason: "ApplyRefused",
-            message: refused.join("; "),
-        }
-    })
-}
-
-async fn prune_children(
-    ctx: &Ctx,
-    cr: &DynamicObject,
-    ns: &str,
-    uid: &str,
-    children: &[Rendered],
-) -> Result<(), ReconcileError> {
-    for kind in &ctx.kinds {
-        let ar = &kind.resolved.resource;
-        let keep: HashSet<&str> = children
-            .iter()
-            .filter(|c| c.kind == ar.kind && c.api_version == ar.api_version)
-            .map(|c| c.name.as_str())
-            .collect();
-        let stale: Vec<Arc<DynamicObject>> = kind
-            .owners
-            .children_of(uid)
-            .into_iter()
-            .filter(|(child_ns, name)| child_ns == ns && !keep.contains(name.as_str()))
-            .filter_map(|(child_ns, name)| {
-                kind.store
-                    .get(&ObjectRef::new_with(&name, ar.clone()).within(&child_ns))
-            })
-            .filter(|o| controller_uid(o) == Some(uid))
-            .collect();
-        for o in stale {
-            let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, ar);
-            let name = o.name_any();
-            apply::prune(&api, ar, &name, o.uid())
-                .await
-                .map_err(ReconcileError::Apply)?;
-            let child = o.labels().get(CHILD_LABEL).cloned().unwrap_or_default();
-            ctx.metrics.write(&ctx.rule.name, "prune");
-            tracing::info!(rule = %ctx.rule.name, child = %child, kind = %ar.kind, name = %name, namespace = %ns, "pruned child");
-            event(
-                ctx,
-                cr,
-                EventType::Normal,
-                "Pruned",
-                "Prune",
-                format!(
-                    "{} {} (child `{child}` is no longer rendered)",
-                    ar.kind, name
-                ),
-                Some(o.object_ref(ar)),
-            );
-        }
-    }
-    Ok(())
 }
 
 fn now_rfc3339() -> String {
@@ -438,7 +378,7 @@ fn desired_status(
     }
     let generation = cr.metadata.generation;
     let (ready, ready_reason, ready_message) = match (sync, &report) {
-        (Sync::Failed { message, .. }, _) => (false, "SyncFailed", message.clone()),
+        (Sync::Failed(p), _) => (false, "SyncFailed", p.message.clone()),
         (Sync::Ok, Some(r)) if r.ready && r.problems.is_empty() => {
             (true, "Ready", "all children are ready".to_string())
         }
@@ -468,11 +408,11 @@ fn desired_status(
             reason: "Applied".into(),
             message: "every child matches the rule".into(),
         },
-        Sync::Failed { reason, message } => Condition {
+        Sync::Failed(p) => Condition {
             type_: "Synced",
             status: false,
-            reason: (*reason).into(),
-            message: message.clone(),
+            reason: p.reason.into(),
+            message: p.message.clone(),
         },
     };
     let conditions = [
@@ -519,6 +459,9 @@ async fn write_status(
     let status = desired_status(ctx, cr, cr_json, scope, current, observed, sync);
     if current == Some(&status) {
         return Ok(());
+    }
+    if !ctx.fence.holds() {
+        return Err(ReconcileError::NotLeader);
     }
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.parent.resource);

@@ -6,17 +6,19 @@ use super::discovery::{self, Resolved};
 use super::events::EventQueue;
 use super::owners::OwnerIndex;
 use super::reconcile::{ChildKind, Ctx, error_policy, reconcile};
-use crate::apply::{Memo, ObjectKey};
+use crate::apply::{CACHE_LAG_GRACE, Memo, ObjectKey};
 use crate::render::RULE_LABEL;
 use crate::rules::CompiledRule;
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject};
+use kube::discovery::ApiResource;
 use kube::runtime::controller::{Config, Controller};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -39,6 +41,8 @@ pub struct Options {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Who the Events ruleop publishes come from.
     pub reporter: kube::runtime::events::Reporter,
+    /// Asked before every write: false once this replica may no longer write.
+    pub fence: Arc<super::leader::Fence>,
 }
 
 /// An API for `ar` in the configured scope.
@@ -89,6 +93,13 @@ impl RuleTask {
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.handle.await;
+    }
+
+    /// Stops the rule at once: in-flight reconciles are cancelled, not finished.
+    pub async fn abort(self) {
+        self.handle.abort();
+        let _ = self.handle.await;
+        self.synced.store(false, Ordering::SeqCst);
     }
 }
 
@@ -230,6 +241,72 @@ async fn prune_retired(
     }
 }
 
+/// Keys of the objects a re-list brought (`Init` … `InitDone`), to drop what ruleop kept
+/// about objects that went away while the watch was down (no `Delete` came for them).
+#[derive(Default)]
+struct Relist(Mutex<Option<HashSet<ObjectKey>>>);
+
+impl Relist {
+    /// Follows one event; at `InitDone`, the keys listed.
+    fn observe(
+        &self,
+        ar: &ApiResource,
+        ev: &watcher::Event<DynamicObject>,
+    ) -> Option<HashSet<ObjectKey>> {
+        let mut cur = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match ev {
+            watcher::Event::Init => *cur = Some(HashSet::new()),
+            watcher::Event::InitApply(o) => {
+                cur.get_or_insert_with(HashSet::new)
+                    .insert(ObjectKey::of_object(ar, o));
+            }
+            watcher::Event::InitDone => return Some(cur.take().unwrap_or_default()),
+            _ => {}
+        }
+        None
+    }
+}
+
+/// A deleted child must be recreated, not taken for a lagging cache: its memo goes (and,
+/// after a re-list, the memos of children gone meanwhile, unless just written).
+fn forget_gone_children(
+    ev: &watcher::Event<DynamicObject>,
+    ar: &ApiResource,
+    memo: &Memo,
+    relist: &Relist,
+) {
+    if let Some(listed) = relist.observe(ar, ev) {
+        memo.retain(|k, w| listed.contains(k) || w.at.elapsed() < CACHE_LAG_GRACE);
+    }
+    if let watcher::Event::Delete(o) = ev {
+        memo.forget(&ObjectKey::of_object(ar, o));
+    }
+}
+
+fn forget_gone_parents(
+    ev: &watcher::Event<DynamicObject>,
+    ar: &ApiResource,
+    status_memo: &Memo<(String, serde_json::Value)>,
+    failures: &Mutex<HashMap<String, u32>>,
+    relist: &Relist,
+) {
+    let key = |k: &ObjectKey| format!("{}/{}", k.namespace, k.name);
+    if let Some(listed) = relist.observe(ar, ev) {
+        status_memo.retain(|k, _| listed.contains(k));
+        let names: HashSet<String> = listed.iter().map(key).collect();
+        if let Ok(mut f) = failures.lock() {
+            f.retain(|k, _| names.contains(k));
+        }
+    }
+    if let watcher::Event::Delete(o) = ev {
+        let k = ObjectKey::of_object(ar, o);
+        if let Ok(mut f) = failures.lock() {
+            f.remove(&key(&k));
+        }
+        status_memo.forget(&k);
+    }
+}
+
 async fn run(
     client: Client,
     rule: Arc<CompiledRule>,
@@ -280,7 +357,10 @@ async fn run(
 
     let memo = Arc::new(Memo::default());
     let status_memo = Arc::new(Memo::default());
+    let failures: Arc<Mutex<HashMap<String, u32>>> = Default::default();
     let forget_status = status_memo.clone();
+    let forget_failures = failures.clone();
+    let parent_relist = Relist::default();
     let parent_resource = parent.resource.clone();
     let parent_writer = Writer::<DynamicObject>::new(parent.resource.clone());
     let parent_reader = parent_writer.as_reader();
@@ -296,9 +376,13 @@ async fn run(
     .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
     .inspect_ok(move |ev| {
         parent_sync.observe(0, ev);
-        if let watcher::Event::Delete(o) = ev {
-            forget_status.forget(&ObjectKey::of_object(&parent_resource, o));
-        }
+        forget_gone_parents(
+            ev,
+            &parent_resource,
+            &forget_status,
+            &forget_failures,
+            &parent_relist,
+        );
     })
     .reflect(parent_writer)
     .applied_objects();
@@ -323,6 +407,7 @@ async fn run(
         let api = scoped(&client, &k.resource, opts.namespace.as_deref());
         let forget = memo.clone();
         let child_resource = k.resource.clone();
+        let child_relist = Relist::default();
         let stream = watcher(
             api,
             watcher::Config::default()
@@ -334,10 +419,7 @@ async fn run(
         .inspect_ok(move |ev| {
             child_sync.observe(i + 1, ev);
             index.observe(ev);
-            // A deleted child must be recreated, not taken for a lagging cache.
-            if let watcher::Event::Delete(o) = ev {
-                forget.forget(&ObjectKey::of_object(&child_resource, o));
-            }
+            forget_gone_children(ev, &child_resource, &forget, &child_relist);
         })
         .reflect(writer)
         .touched_objects();
@@ -357,7 +439,7 @@ async fn run(
         child_kind,
         memo,
         status_memo,
-        failures: Default::default(),
+        failures,
         resync: opts.resync,
         metrics: opts.metrics.clone(),
         events: opts.events,
@@ -365,7 +447,9 @@ async fn run(
             kube::runtime::events::Recorder::new(client.clone(), opts.reporter.clone()),
             opts.metrics.clone(),
             rule.name.clone(),
+            opts.fence.clone(),
         ),
+        fence: opts.fence.clone(),
     });
 
     tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, "rule started");

@@ -99,6 +99,13 @@ impl Supervisor {
         self.publish();
     }
 
+    /// Stops every controller at once, cancelling in-flight reconciles (leadership lost).
+    pub async fn abort_all(&mut self) {
+        let tasks: Vec<RuleTask> = std::mem::take(&mut self.running).into_values().collect();
+        futures::future::join_all(tasks.into_iter().map(RuleTask::abort)).await;
+        self.publish();
+    }
+
     fn publish(&self) {
         self.metrics.rules_running.set(self.running.len() as i64);
         if let Ok(mut h) = self.health.rules.lock() {

@@ -73,6 +73,16 @@ pub enum RenderError {
     /// The rendered child has no usable name.
     #[error("child `{child}`: metadata.name rendered to {found}, not a non-empty string")]
     BadName { child: String, found: String },
+    /// Two children rendered the same object (same group, kind and name).
+    #[error(
+        "children `{first}` and `{second}` both render {kind} {name:?}; each apply would undo the other's: nothing was applied (give them names that differ for every resource)"
+    )]
+    SameObject {
+        first: String,
+        second: String,
+        kind: String,
+        name: String,
+    },
 }
 
 /// Renders every child of `rule` whose condition holds for `cr`.
@@ -88,7 +98,33 @@ pub fn render_in(rule: &CompiledRule, scope: &Scope) -> Result<Vec<Rendered>, Re
             out.push(r);
         }
     }
+    check_distinct(&out)?;
     Ok(out)
+}
+
+/// The API group of an `apiVersion` (empty for the core group).
+pub fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("")
+}
+
+/// Refuses two rendered children that are one object.
+fn check_distinct(children: &[Rendered]) -> Result<(), RenderError> {
+    for (i, b) in children.iter().enumerate() {
+        let same = |a: &&Rendered| {
+            a.name == b.name
+                && a.kind == b.kind
+                && group_of(&a.api_version) == group_of(&b.api_version)
+        };
+        if let Some(a) = children[..i].iter().find(same) {
+            return Err(RenderError::SameObject {
+                first: a.id.clone(),
+                second: b.id.clone(),
+                kind: b.kind.clone(),
+                name: b.name.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Renders one child, or None when its `when` condition is false.

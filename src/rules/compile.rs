@@ -38,6 +38,8 @@ pub struct CompiledChild {
     pub kind: String,
     pub when: Option<ExprRef>,
     pub template: Node,
+    /// Which existing objects of its name the child may take over.
+    pub adopt: super::spec::AdoptPolicy,
     pub at: Location,
 }
 
@@ -465,6 +467,7 @@ pub fn compile(
             children.push(child);
         }
     }
+    check_same_names(&mut c, spec);
     let ids: Vec<&str> = spec.children.iter().map(|c| c.id.as_str()).collect();
     let fields = compile_fields(&mut c, spec, &ids);
     let ready = spec
@@ -636,8 +639,43 @@ fn compile_child(
         kind: kind.to_string(),
         when,
         template,
+        adopt: ch.adopt,
         at: c.at(&base),
     })
+}
+
+/// Two children of one kind (group and kind: a version is only a view of the same
+/// objects) whose name templates are the same text would render one object twice, each
+/// apply undoing the other's. (Names that only happen to render the same for one resource
+/// are caught at render time.)
+fn check_same_names(c: &mut Compiler<'_>, spec: &RuleSpec) {
+    let key = |ch: &super::spec::ChildSpec| {
+        let t = &ch.template;
+        let group = t
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .map(|v| v.rsplit_once('/').map(|(g, _)| g).unwrap_or(""))?;
+        let kind = t.get("kind").and_then(Value::as_str)?;
+        let name = t.pointer("/metadata/name").and_then(Value::as_str)?;
+        Some((group.to_string(), kind.to_string(), name.trim().to_string()))
+    };
+    for (i, later) in spec.children.iter().enumerate() {
+        let Some(k) = key(later) else { continue };
+        if let Some(first) = spec.children[..i]
+            .iter()
+            .find(|e| key(e).as_ref() == Some(&k))
+        {
+            c.error(
+                &format!("children[{i}].template.metadata.name"),
+                Some(&later.id),
+                format!(
+                    "children `{}` and `{}` both make {} {:?}: each apply would undo the other's",
+                    first.id, later.id, k.1, k.2
+                ),
+                "give one of them another name (e.g. add a suffix), or merge the two children",
+            );
+        }
+    }
 }
 
 fn compile_fields(c: &mut Compiler<'_>, spec: &RuleSpec, ids: &[&str]) -> Vec<CompiledField> {

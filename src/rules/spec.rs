@@ -57,6 +57,22 @@ pub struct ChildSpec {
     pub when: Option<String>,
     /// The object, as YAML; every string scalar in it may be a template.
     pub template: Value,
+    /// Which existing objects of the rendered name ruleop may take over.
+    #[serde(default)]
+    pub adopt: AdoptPolicy,
+}
+
+/// Which existing objects of a child's name ruleop may take over (`children[].adopt`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub enum AdoptPolicy {
+    /// An object whose controller ownerReference is already this custom resource (made
+    /// by the operator that ran this kind before ruleop). The default.
+    #[default]
+    IfControlled,
+    /// That, or an object with no controller at all (made by hand, or by a tool).
+    IfOrphan,
+    /// Only objects ruleop made itself.
+    Never,
 }
 
 /// Status fields and readiness.

@@ -182,9 +182,16 @@ pub fn compute(
             }
         },
         None => {
+            // Every child the rule makes for this resource exists (a child whose `when`
+            // is false is not expected).
+            let wanted = |c: &&crate::rules::CompiledChild| match &c.when {
+                None => true,
+                Some(w) => rule.program.eval(w, &scope.ctx).is_ok_and(|v| v.is_true()),
+            };
             let missing: Vec<&str> = rule
                 .children
                 .iter()
+                .filter(wanted)
                 .map(|c| c.id.as_str())
                 .filter(|id| !observed.contains_key(*id))
                 .collect();

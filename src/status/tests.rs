@@ -158,3 +158,17 @@ fn the_website_status_reads_neither_children_nor_self() {
     assert!(!r.status_reads.contains("self"));
     assert!(r.status_reads.contains("status"));
 }
+
+#[test]
+fn without_a_ready_expression_a_child_whose_when_is_false_is_not_awaited() {
+    let r = rule(
+        "name: c\nwatch: {group: x.io, version: v1, resource: cs}\nchildren:\n  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}\"}}\n  - id: extra\n    when: spec.extra | default(false)\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}-x\"}}\n",
+    );
+    let cr = json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {}});
+    let rep = compute_with(&r, &cr, &[("cm", json!({"data": {}}))]);
+    assert!(rep.ready, "{rep:?}");
+    let cr = json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {"extra": true}});
+    let rep = compute_with(&r, &cr, &[("cm", json!({"data": {}}))]);
+    assert!(!rep.ready);
+    assert_eq!(rep.notes[0], "children missing: extra");
+}

@@ -1,0 +1,190 @@
+//! Adoption: hand the previous manager's field ownership to ruleop before its first apply,
+//! as client-go's `csaupgrade` does for client-side apply. Without it, the fields the
+//! previous operator set stay owned by it (an `Update` entry, manager `manager` for a
+//! controller-runtime operator), and a field later removed from the template would stay
+//! on the child forever. Pure: the live object in, a JSON patch of its managedFields out.
+//!
+//! Which entries move: those on the main resource (not a subresource) of another manager
+//! that set the object's content (a field outside `metadata`) or its ownerReferences: the
+//! operator that made it. Entries that own only annotations or labels (the Deployment
+//! controller's revision annotation) and status writers stay where they are.
+
+use serde_json::{Map, Value, json};
+
+/// The JSON patch that moves the previous managers' fields into `manager`'s `Apply`
+/// entry, guarded by the object's resourceVersion; None when there is nothing to move.
+pub fn ownership_transfer(live: &Value, manager: &str, now: &str) -> Option<Value> {
+    let entries = live.pointer("/metadata/managedFields")?.as_array()?;
+    let rv = live.pointer("/metadata/resourceVersion")?.as_str()?;
+    let api_version = live.get("apiVersion")?.as_str()?;
+    let (moved, kept): (Vec<&Value>, Vec<&Value>) = entries
+        .iter()
+        .partition(|e| is_previous_manager(e, manager));
+    if moved.is_empty() {
+        return None;
+    }
+    let mut fields = Value::Object(Map::new());
+    let mut out: Vec<Value> = Vec::with_capacity(kept.len() + 1);
+    for e in &kept {
+        if is_our_apply(e, manager) {
+            merge_fields(&mut fields, e.get("fieldsV1").unwrap_or(&Value::Null));
+        } else {
+            out.push((*e).clone());
+        }
+    }
+    for e in &moved {
+        merge_fields(&mut fields, e.get("fieldsV1").unwrap_or(&Value::Null));
+    }
+    out.push(json!({
+        "manager": manager,
+        "operation": "Apply",
+        "apiVersion": api_version,
+        "time": now,
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+    }));
+    Some(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+        {"op": "replace", "path": "/metadata/managedFields", "value": out},
+    ]))
+}
+
+fn is_main_resource(e: &Value) -> bool {
+    e.get("subresource")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+}
+
+fn is_our_apply(e: &Value, manager: &str) -> bool {
+    e.get("manager").and_then(Value::as_str) == Some(manager)
+        && e.get("operation").and_then(Value::as_str) == Some("Apply")
+        && is_main_resource(e)
+}
+
+/// Another manager's entry on the main resource that set content or ownerReferences.
+fn is_previous_manager(e: &Value, manager: &str) -> bool {
+    if is_our_apply(e, manager) || !is_main_resource(e) {
+        return false;
+    }
+    let Some(fields) = e.get("fieldsV1").and_then(Value::as_object) else {
+        return false;
+    };
+    let sets_content = fields.keys().any(|k| k != "f:metadata" && k != "f:status");
+    let sets_owner = fields
+        .get("f:metadata")
+        .and_then(|m| m.get("f:ownerReferences"))
+        .is_some();
+    sets_content || sets_owner
+}
+
+/// Union of two FieldsV1 trees (maps of field → subtree).
+fn merge_fields(into: &mut Value, from: &Value) {
+    let (Value::Object(a), Value::Object(b)) = (into, from) else {
+        return;
+    };
+    for (k, v) in b {
+        match a.get_mut(k) {
+            Some(existing) => merge_fields(existing, v),
+            None => {
+                a.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn typed_operator_deployment() -> Value {
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "w-web",
+                "resourceVersion": "42",
+                "managedFields": [
+                    {"manager": "manager", "operation": "Update", "apiVersion": "apps/v1",
+                     "fieldsType": "FieldsV1", "fieldsV1": {
+                        "f:metadata": {"f:labels": {".": {}, "f:app": {}}, "f:ownerReferences": {".": {}, "k:{\"uid\":\"u1\"}": {}}},
+                        "f:spec": {"f:replicas": {}, "f:template": {"f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {"f:image": {}}}}}}}},
+                    {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "apps/v1",
+                     "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:annotations": {"f:deployment.kubernetes.io/revision": {}}}}},
+                    {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "apps/v1", "subresource": "status",
+                     "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:replicas": {}}}},
+                ]
+            }
+        })
+    }
+
+    #[test]
+    fn the_previous_operators_fields_move_to_our_apply_entry_and_others_stay() {
+        let patch = ownership_transfer(&typed_operator_deployment(), "ruleop", "T").unwrap();
+        assert_eq!(
+            patch[0],
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": "42"})
+        );
+        let entries = patch[1]["value"].as_array().unwrap();
+        let managers: Vec<(&str, &str)> = entries
+            .iter()
+            .map(|e| {
+                (
+                    e["manager"].as_str().unwrap(),
+                    e["operation"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            managers,
+            vec![
+                ("kube-controller-manager", "Update"),
+                ("kube-controller-manager", "Update"),
+                ("ruleop", "Apply")
+            ]
+        );
+        let ours = &entries[2]["fieldsV1"];
+        assert!(ours.pointer("/f:spec/f:replicas").is_some());
+        assert!(ours.pointer("/f:metadata/f:ownerReferences").is_some());
+        assert!(
+            ours.pointer("/f:metadata/f:annotations").is_none(),
+            "the revision annotation stays the Deployment controller's"
+        );
+    }
+
+    #[test]
+    fn our_existing_apply_entry_is_merged_not_duplicated() {
+        let mut live = typed_operator_deployment();
+        live["metadata"]["managedFields"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"manager": "ruleop", "operation": "Apply", "apiVersion": "apps/v1",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {"f:ruleop.dev/rule": {}}}}}));
+        let patch = ownership_transfer(&live, "ruleop", "T").unwrap();
+        let entries = patch[1]["value"].as_array().unwrap();
+        let ours: Vec<&Value> = entries
+            .iter()
+            .filter(|e| e["manager"] == "ruleop")
+            .collect();
+        assert_eq!(ours.len(), 1);
+        assert!(
+            ours[0]
+                .pointer("/fieldsV1/f:metadata/f:labels/f:ruleop.dev~1rule")
+                .is_some()
+        );
+        assert!(
+            ours[0]
+                .pointer("/fieldsV1/f:metadata/f:labels/f:app")
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn nothing_to_move_gives_no_patch() {
+        let mut live = typed_operator_deployment();
+        live["metadata"]["managedFields"]
+            .as_array_mut()
+            .unwrap()
+            .remove(0);
+        assert!(ownership_transfer(&live, "ruleop", "T").is_none());
+    }
+}

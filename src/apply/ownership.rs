@@ -1,0 +1,162 @@
+//! Whose is a live object? Every write and delete ruleop makes goes through [`judge`]:
+//! ruleop modifies or deletes an object only when it is its own (the controller
+//! ownerReference is this custom resource, by uid, and the rule's label is on it), adopts
+//! one only as the child's adoption policy allows, and leaves everything else alone.
+//! Pure: the live object goes in as JSON, a verdict comes out.
+
+use crate::render::RULE_LABEL;
+pub use crate::rules::spec::AdoptPolicy;
+use serde_json::Value;
+
+/// What ruleop may do with a live object of a child's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Ours: modify it, delete it when no longer rendered.
+    Owned,
+    /// Not ours yet, and the policy lets ruleop adopt it (`why` says which way).
+    Adopt { why: &'static str },
+    /// Someone else's: left untouched. `controller` names its controller, or "none".
+    NotOwned { controller: String },
+}
+
+/// The controller ownerReference of an object, if any.
+pub fn controller_ref(obj: &Value) -> Option<&Value> {
+    obj.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+}
+
+/// "WebSite other (uid 1234)" or "none".
+pub fn describe_controller(obj: &Value) -> String {
+    match controller_ref(obj) {
+        None => "none".into(),
+        Some(r) => format!(
+            "{} {} (uid {})",
+            r.get("kind").and_then(Value::as_str).unwrap_or("?"),
+            r.get("name").and_then(Value::as_str).unwrap_or("?"),
+            r.get("uid").and_then(Value::as_str).unwrap_or("?"),
+        ),
+    }
+}
+
+fn rule_label(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/labels")?.get(RULE_LABEL)?.as_str()
+}
+
+/// Judges a live object for the custom resource `cr_uid` of rule `rule`.
+pub fn judge(live: &Value, cr_uid: &str, rule: &str, policy: AdoptPolicy) -> Verdict {
+    let controller = controller_ref(live);
+    let controller_uid = controller
+        .and_then(|r| r.get("uid"))
+        .and_then(Value::as_str);
+    let ours = controller_uid == Some(cr_uid);
+    if ours && rule_label(live) == Some(rule) {
+        return Verdict::Owned;
+    }
+    match (policy, controller) {
+        (AdoptPolicy::IfControlled | AdoptPolicy::IfOrphan, Some(_)) if ours => Verdict::Adopt {
+            why: "its controller is this resource",
+        },
+        (AdoptPolicy::IfOrphan, None) => Verdict::Adopt {
+            why: "it has no controller and the child's policy is IfOrphan",
+        },
+        _ => Verdict::NotOwned {
+            controller: describe_controller(live),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(owner: Option<(&str, bool)>, label: Option<&str>) -> Value {
+        let mut o = json!({"metadata": {"name": "x", "labels": {}}});
+        if let Some((uid, controller)) = owner {
+            o["metadata"]["ownerReferences"] =
+                json!([{"kind": "WebSite", "name": "w", "uid": uid, "controller": controller}]);
+        }
+        if let Some(l) = label {
+            o["metadata"]["labels"][RULE_LABEL] = json!(l);
+        }
+        o
+    }
+
+    #[test]
+    fn an_object_controlled_by_this_resource_with_the_rules_label_is_owned() {
+        let o = obj(Some(("u1", true)), Some("website"));
+        assert_eq!(
+            judge(&o, "u1", "website", AdoptPolicy::Never),
+            Verdict::Owned
+        );
+    }
+
+    #[test]
+    fn a_copied_label_without_the_controller_reference_is_not_ours() {
+        let o = obj(None, Some("website"));
+        assert_eq!(
+            judge(&o, "u1", "website", AdoptPolicy::IfControlled),
+            Verdict::NotOwned {
+                controller: "none".into()
+            }
+        );
+        let other = obj(Some(("u2", true)), Some("website"));
+        assert_eq!(
+            judge(&other, "u1", "website", AdoptPolicy::IfOrphan),
+            Verdict::NotOwned {
+                controller: "WebSite w (uid u2)".into()
+            },
+            "another resource's child is never adopted"
+        );
+    }
+
+    #[test]
+    fn the_label_of_another_rule_is_not_ours() {
+        let o = obj(Some(("u1", true)), Some("other-rule"));
+        assert!(matches!(
+            judge(&o, "u1", "website", AdoptPolicy::IfControlled),
+            Verdict::Adopt { .. }
+        ));
+        assert!(matches!(
+            judge(&o, "u1", "website", AdoptPolicy::Never),
+            Verdict::NotOwned { .. }
+        ));
+    }
+
+    #[test]
+    fn adoption_follows_the_policy() {
+        let typed = obj(Some(("u1", true)), None);
+        assert!(matches!(
+            judge(&typed, "u1", "website", AdoptPolicy::IfControlled),
+            Verdict::Adopt { .. }
+        ));
+        assert!(matches!(
+            judge(&typed, "u1", "website", AdoptPolicy::Never),
+            Verdict::NotOwned { .. }
+        ));
+        let hand_made = obj(None, None);
+        assert!(matches!(
+            judge(&hand_made, "u1", "website", AdoptPolicy::IfControlled),
+            Verdict::NotOwned { .. }
+        ));
+        assert!(matches!(
+            judge(&hand_made, "u1", "website", AdoptPolicy::IfOrphan),
+            Verdict::Adopt { .. }
+        ));
+        let non_controller_owner = obj(Some(("u1", false)), None);
+        assert!(
+            matches!(
+                judge(
+                    &non_controller_owner,
+                    "u1",
+                    "website",
+                    AdoptPolicy::IfOrphan
+                ),
+                Verdict::Adopt { .. }
+            ),
+            "an owner that is not a controller leaves the object an orphan"
+        );
+    }
+}

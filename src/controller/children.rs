@@ -1,0 +1,253 @@
+//! One round over a custom resource's children, through the ownership model: write the
+//! ones that differ ([`apply::write_child`]: create if absent, apply to our own object,
+//! adopt as the child's policy allows, leave anything else alone), then delete the ones
+//! no longer rendered that are ours. Every problem is collected, not returned early, so
+//! the status is written whatever happened.
+
+use super::reconcile::{Ctx, event};
+use crate::apply::{self, ApplyError, Claim, ObjectKey, Outcome, Refusal, Verdict, Written};
+use crate::controller::owners::controller_uid;
+use crate::render::{CHILD_LABEL, Rendered, group_of};
+use kube::api::{Api, DynamicObject};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// How a problem is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// The rule or the resource must change (and, in case the cause was outside, every
+    /// five minutes).
+    OnChange,
+    /// Something outside the resource must change (RBAC, a quota, another's object):
+    /// retried with backoff until it goes through.
+    Backoff,
+}
+
+/// Why the children do not match the rule: the `Synced` condition's reason and message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub reason: &'static str,
+    pub message: String,
+    pub retry: Retry,
+}
+
+/// What one round did.
+#[derive(Default)]
+pub struct Round {
+    /// Each child's live object (the write's answer, or the cached one), by child id.
+    pub observed: HashMap<String, Value>,
+    /// (Created|Updated|Adopted, "Kind name") for each write.
+    pub applied: Vec<(&'static str, String)>,
+    /// A child we wrote is not in the cache yet.
+    pub cache_behind: bool,
+    pub problems: Vec<Problem>,
+    /// A passing fault: the round is retried with backoff.
+    pub transient: Option<ApplyError>,
+}
+
+fn refused(e: &ApplyError) -> Option<Problem> {
+    let class = e.refusal()?;
+    Some(Problem {
+        reason: match class {
+            Refusal::Invalid => "ApplyRefused",
+            Refusal::Forbidden => "Forbidden",
+        },
+        message: e.to_string(),
+        retry: match class {
+            Refusal::Invalid => Retry::OnChange,
+            Refusal::Forbidden => Retry::Backoff,
+        },
+    })
+}
+
+fn not_owned(c: &Rendered, controller: &str) -> Problem {
+    Problem {
+        reason: "NotOwned",
+        message: format!(
+            "{} {} exists and is not this resource's (its controller: {controller}); ruleop leaves it untouched: delete or rename it, or set `adopt: IfOrphan` on child `{}` if ruleop should take over an object with no controller",
+            c.kind, c.name, c.id
+        ),
+        retry: Retry::Backoff,
+    }
+}
+
+/// Writes what differs, through the ownership model.
+pub async fn apply_children(ctx: &Ctx, ns: &str, cr_uid: &str, children: &[Rendered]) -> Round {
+    let mut round = Round::default();
+    // Decide first (no request), then send every write at once: the children of one
+    // resource are independent, and a reconcile is mostly waiting on the API server.
+    let mut pending = Vec::new();
+    for c in children {
+        let Some(i) = ctx.rule.children.iter().position(|x| x.id == c.id) else {
+            continue;
+        };
+        let kind = &ctx.kinds[ctx.child_kind[i]];
+        let oref = ObjectRef::new_with(&c.name, kind.resolved.resource.clone()).within(ns);
+        let live = kind
+            .store
+            .get(&oref)
+            .and_then(|o| serde_json::to_value(&*o).ok());
+        let claim = Claim {
+            cr_uid,
+            rule: &ctx.rule.name,
+            adopt: ctx.rule.children[i].adopt,
+        };
+        // In our cache (it has the rule's label) yet someone else's: no request at all.
+        if let Some(Verdict::NotOwned { controller }) = live
+            .as_ref()
+            .map(|l| apply::judge(l, cr_uid, claim.rule, claim.adopt))
+        {
+            round.problems.push(not_owned(c, &controller));
+            continue;
+        }
+        let key = ObjectKey::of(c);
+        let last = ctx.memo.get(&key);
+        if apply::needs_apply(c, live.as_ref(), last.as_ref()) {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(ctx.client.clone(), ns, &kind.resolved.resource);
+            pending.push((c, key, live, api, claim));
+        } else {
+            round.cache_behind |= apply::cache_behind(live.as_ref(), last.as_ref());
+            if let Some(live) = live {
+                round.observed.insert(c.id.clone(), live);
+            }
+        }
+    }
+    let writes = pending.iter().map(|(c, _, live, api, claim)| async move {
+        if !ctx.fence.holds() {
+            return Err(ApplyError::NotLeader);
+        }
+        apply::write_child(api, c, live.as_ref(), *claim).await
+    });
+    let results = futures::future::join_all(writes).await;
+    for ((c, key, live, _, _), result) in pending.into_iter().zip(results) {
+        record(ctx, ns, c, key, live, result, &mut round);
+    }
+    round
+}
+
+/// Books one write's result into the round.
+fn record(
+    ctx: &Ctx,
+    ns: &str,
+    c: &Rendered,
+    key: ObjectKey,
+    live: Option<Value>,
+    result: Result<Outcome, ApplyError>,
+    round: &mut Round,
+) {
+    let (obj, action, reason) = match result {
+        Ok(Outcome::Created(o)) => (o, "create", "Created"),
+        Ok(Outcome::Updated(o)) => (o, "update", "Updated"),
+        Ok(Outcome::Adopted(o, why)) => {
+            tracing::info!(rule = %ctx.rule.name, child = %c.id, kind = %c.kind, name = %c.name, namespace = %ns, why, "adopted child");
+            (o, "adopt", "Adopted")
+        }
+        Ok(Outcome::NotOwned { controller }) => {
+            ctx.memo.forget(&key);
+            round.problems.push(not_owned(c, &controller));
+            return;
+        }
+        Err(e) => {
+            match refused(&e) {
+                Some(p) => round.problems.push(p),
+                None => round.transient = round.transient.take().or(Some(e)),
+            }
+            // The status still reports what is there.
+            if let Some(live) = live {
+                round.observed.insert(c.id.clone(), live);
+            }
+            return;
+        }
+    };
+    let rv = obj.resource_version().unwrap_or_default();
+    let live_rv = live
+        .as_ref()
+        .and_then(|l| l.pointer("/metadata/resourceVersion"))
+        .and_then(Value::as_str);
+    // An apply that changed nothing (the server keeps `500m` where we sent `0.5`) is no
+    // write: no metric, no Event; the memo keeps the next reconcile from sending it again.
+    let changed = live_rv != Some(rv.as_str());
+    let canonical =
+        apply::canonical_hash(&c.object, &serde_json::to_value(&obj).unwrap_or_default());
+    ctx.memo
+        .put(key, Written::now(c.hash.clone(), rv, canonical));
+    if changed {
+        ctx.metrics.write(&ctx.rule.name, action);
+        tracing::info!(rule = %ctx.rule.name, child = %c.id, kind = %c.kind, name = %c.name, namespace = %ns, action, "applied child");
+        round
+            .applied
+            .push((reason, format!("{} {}", c.kind, c.name)));
+    }
+    if let Ok(v) = serde_json::to_value(&obj) {
+        round.observed.insert(c.id.clone(), v);
+    }
+}
+
+/// Deletes the children this resource owns that are no longer rendered (only its own:
+/// its controller ownerReference and the rule's label, which the cache selects on).
+pub async fn prune_children(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    ns: &str,
+    uid: &str,
+    children: &[Rendered],
+    round: &mut Round,
+) {
+    for kind in &ctx.kinds {
+        let ar = &kind.resolved.resource;
+        let keep: HashSet<&str> = children
+            .iter()
+            .filter(|c| c.kind == ar.kind && group_of(&c.api_version) == ar.group)
+            .map(|c| c.name.as_str())
+            .collect();
+        let stale: Vec<Arc<DynamicObject>> = kind
+            .owners
+            .children_of(uid)
+            .into_iter()
+            .filter(|(child_ns, name)| child_ns == ns && !keep.contains(name.as_str()))
+            .filter_map(|(child_ns, name)| {
+                kind.store
+                    .get(&ObjectRef::new_with(&name, ar.clone()).within(&child_ns))
+            })
+            .filter(|o| controller_uid(o) == Some(uid))
+            .collect();
+        for o in stale {
+            if !ctx.fence.holds() {
+                round.transient = Some(ApplyError::NotLeader);
+                return;
+            }
+            let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, ar);
+            let name = o.name_any();
+            match apply::prune(&api, ar, &name, o.uid()).await {
+                Ok(()) => {}
+                Err(e) => {
+                    match refused(&e) {
+                        Some(p) => round.problems.push(p),
+                        None => round.transient = round.transient.take().or(Some(e)),
+                    }
+                    continue;
+                }
+            }
+            let child = o.labels().get(CHILD_LABEL).cloned().unwrap_or_default();
+            ctx.metrics.write(&ctx.rule.name, "prune");
+            tracing::info!(rule = %ctx.rule.name, child = %child, kind = %ar.kind, name = %name, namespace = %ns, "pruned child");
+            event(
+                ctx,
+                cr,
+                EventType::Normal,
+                "Pruned",
+                "Prune",
+                format!(
+                    "{} {} (child `{child}` is no longer rendered)",
+                    ar.kind, name
+                ),
+                Some(o.object_ref(ar)),
+            );
+        }
+    }
+}
