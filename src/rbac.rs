@@ -1,7 +1,10 @@
 //! The least RBAC a set of rules needs, derived from the rules alone: read and watch the
-//! watched kinds and write their status; full control of each child kind; Events on the
-//! custom resources; the leader Lease in the operator's own namespace. Nothing else.
+//! watched kinds and write their status; `update` on their `finalizers` (a child's
+//! `blockOwnerDeletion` needs it where the OwnerReferencesPermissionEnforcement admission
+//! plugin is on); full control of each child kind; Events on the custom resources; the
+//! leader Lease and the inventory ConfigMap in the operator's own namespace. Nothing else.
 
+use crate::controller::inventory::INVENTORY;
 use crate::rules::CompiledRule;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,6 +25,7 @@ const CHILD: &[&str] = &[
     "get", "list", "watch", "create", "update", "patch", "delete",
 ];
 const STATUS: &[&str] = &["get", "patch", "update"];
+const FINALIZERS: &[&str] = &["update"];
 const EVENTS: &[&str] = &["create", "patch"];
 const LEASES: &[&str] = &["get", "list", "watch", "create", "update", "patch"];
 
@@ -63,6 +67,11 @@ fn permissions(rules: &[Arc<CompiledRule>]) -> BTreeMap<(String, String), BTreeS
             &rule.watch.group,
             format!("{}/status", rule.watch.resource),
             STATUS,
+        );
+        add(
+            &rule.watch.group,
+            format!("{}/finalizers", rule.watch.resource),
+            FINALIZERS,
         );
         for c in &rule.children {
             add(c.group(), plural_of(&c.kind), CHILD);
@@ -106,7 +115,11 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
     }
     let lease = format!("{}-leader-election", t.name);
     out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": lease, "namespace": t.operator_namespace},
-        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": LEASES}]}));
+        "rules": [
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": LEASES},
+            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [INVENTORY], "verbs": ["get", "update"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        ]}));
     out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": lease, "namespace": t.operator_namespace},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": lease}, "subjects": subject}));
     out
@@ -161,6 +174,10 @@ mod tests {
             "the custom resource itself is read-only"
         );
         assert!(has("example.com", "websites/status", "patch"));
+        assert!(
+            has("example.com", "websites/finalizers", "update"),
+            "blockOwnerDeletion under OwnerReferencesPermissionEnforcement"
+        );
         assert!(has("apps", "deployments", "delete"));
         assert!(has("", "services", "create"));
         assert!(

@@ -4,10 +4,11 @@
 //! controller-runtime operator), and a field later removed from the template would stay
 //! on the child forever. Pure: the live object in, a JSON patch of its managedFields out.
 //!
-//! Which entries move: those on the main resource (not a subresource) of another manager
-//! that set the object's content (a field outside `metadata`) or its ownerReferences: the
-//! operator that made it. Entries that own only annotations or labels (the Deployment
-//! controller's revision annotation) and status writers stay where they are.
+//! Which entries move: those on the main resource (not a subresource), other than
+//! ruleop's own `Apply` entry, that set the object's content (a field outside `metadata`)
+//! or its ownerReferences: the operator that made it, or ruleop's own `POST` (an `Update`
+//! entry: a create cannot be an apply). Entries that own only annotations or labels (the
+//! Deployment controller's revision annotation) and status writers stay where they are.
 
 use serde_json::{Map, Value, json};
 
@@ -176,6 +177,18 @@ mod tests {
                 .pointer("/fieldsV1/f:metadata/f:labels/f:app")
                 .is_some()
         );
+    }
+
+    #[test]
+    fn fields_of_our_own_create_move_to_our_apply_entry() {
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "resourceVersion": "7",
+            "managedFields": [{"manager": "ruleop", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:data": {"f:a": {}}, "f:metadata": {"f:ownerReferences": {}}}}]}});
+        let patch = ownership_transfer(&live, "ruleop", "T").unwrap();
+        let entries = patch[1]["value"].as_array().unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0]["operation"], "Apply");
+        assert!(entries[0].pointer("/fieldsV1/f:data/f:a").is_some());
     }
 
     #[test]

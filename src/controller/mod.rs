@@ -5,6 +5,7 @@
 pub mod children;
 pub mod discovery;
 pub mod events;
+pub mod inventory;
 pub mod leader;
 pub mod owners;
 pub mod reconcile;
@@ -229,6 +230,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             instance: Some(me.clone()),
         },
         fence,
+        state_namespace: args.lease_namespace.clone(),
     };
     let mut sup = Supervisor::new(client.clone(), opts, metrics.clone(), health.clone());
     sup.set_desired(initial);

@@ -4,6 +4,7 @@
 
 use super::discovery::{self, Resolved};
 use super::events::EventQueue;
+use super::inventory;
 use super::owners::OwnerIndex;
 use super::reconcile::{ChildKind, Ctx, error_policy, reconcile};
 use crate::apply::{CACHE_LAG_GRACE, Memo, ObjectKey};
@@ -43,6 +44,8 @@ pub struct Options {
     pub reporter: kube::runtime::events::Reporter,
     /// Asked before every write: false once this replica may no longer write.
     pub fence: Arc<super::leader::Fence>,
+    /// The operator's own namespace: the inventory of made kinds lives there.
+    pub state_namespace: String,
 }
 
 /// An API for `ar` in the configured scope.
@@ -68,13 +71,13 @@ pub struct RuleTask {
 
 impl RuleTask {
     /// Starts `rule` in its own task.
-    /// `retired` are (apiVersion, kind) pairs an earlier version of the rule made and
-    /// this one does not: their children are pruned first.
+    /// `retired` are kinds an earlier version of the rule in this process made (the
+    /// inventory in the cluster has the others): their children are cleaned up.
     pub fn spawn(
         client: Client,
         rule: Arc<CompiledRule>,
         opts: Options,
-        retired: Vec<(String, String)>,
+        retired: Vec<inventory::Made>,
     ) -> RuleTask {
         let (stop, stop_rx) = watch::channel(false);
         let synced = Arc::new(AtomicBool::new(false));
@@ -198,49 +201,6 @@ where
     }
 }
 
-/// Deletes this rule's children of kinds it no longer makes (every one is stale).
-async fn prune_retired(
-    client: &Client,
-    rule: &CompiledRule,
-    opts: &Options,
-    retired: &[(String, String)],
-) {
-    let selector = format!("{RULE_LABEL}={}", rule.name);
-    for (api_version, kind) in retired {
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        let Ok(Some(r)) = discovery::child(client, group, version, kind).await else {
-            continue;
-        };
-        let api = scoped(client, &r.resource, opts.namespace.as_deref());
-        match api
-            .list(&kube::api::ListParams::default().labels(&selector))
-            .await
-        {
-            Ok(list) => {
-                for o in list.items {
-                    let ns_api: Api<DynamicObject> = Api::namespaced_with(
-                        client.clone(),
-                        &o.namespace().unwrap_or_default(),
-                        &r.resource,
-                    );
-                    match crate::apply::prune(&ns_api, &r.resource, &o.name_any(), o.uid()).await {
-                        Ok(()) => {
-                            opts.metrics.write(&rule.name, "prune");
-                            tracing::info!(kind = %kind, name = %o.name_any(), "pruned child of a kind the rule no longer makes");
-                        }
-                        Err(e) => {
-                            tracing::warn!(kind = %kind, name = %o.name_any(), error = %e, "could not prune child of a retired kind")
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(kind = %kind, error = %e, "could not list children of a retired kind")
-            }
-        }
-    }
-}
-
 /// Keys of the objects a re-list brought (`Init` … `InitDone`), to drop what ruleop kept
 /// about objects that went away while the watch was down (no `Delete` came for them).
 #[derive(Default)]
@@ -313,9 +273,8 @@ async fn run(
     opts: Options,
     stop: watch::Receiver<bool>,
     synced: Arc<AtomicBool>,
-    retired: Vec<(String, String)>,
+    retired: Vec<inventory::Made>,
 ) {
-    prune_retired(&client, &rule, &opts, &retired).await;
     let w = &rule.watch;
     let what = format!("{}/{} {}", w.group, w.version, w.resource);
     let Some(parent) = wait_for(&what, opts.discovery_retry, &stop, || {
@@ -330,6 +289,21 @@ async fn run(
         stopped(stop).await;
         return;
     }
+    // Kinds the rule no longer makes are cleaned up beside the controller, until done.
+    let cleanup = tokio::spawn(
+        inventory::retire(
+            inventory::Inventory {
+                client: client.clone(),
+                namespace: opts.state_namespace.clone(),
+                fence: opts.fence.clone(),
+            },
+            rule.clone(),
+            parent.resource.kind.clone(),
+            opts.namespace.clone(),
+            retired,
+        )
+        .in_current_span(),
+    );
     // The distinct child kinds, each resolved by discovery.
     let mut kinds: Vec<Resolved> = Vec::new();
     let mut child_kind = Vec::new();
@@ -415,7 +389,7 @@ async fn run(
                 .timeout(opts.watch_timeout),
         )
         .backoff(watch_backoff())
-        .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
+        .modify(crate::apply::slim_managed_fields)
         .inspect_ok(move |ev| {
             child_sync.observe(i + 1, ev);
             index.observe(ev);
@@ -464,6 +438,7 @@ async fn run(
             }
         })
         .await;
+    cleanup.abort();
     synced.store(false, Ordering::SeqCst);
     tracing::info!("rule stopped");
 }

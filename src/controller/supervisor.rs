@@ -3,6 +3,7 @@
 //! longer makes are pruned), stops deleted ones (their children stay). Runs nothing while
 //! this process is not the leader.
 
+use super::inventory;
 use super::runner::{Options, RuleTask};
 use crate::admin::{Health, RuleHealth};
 use crate::metrics::Metrics;
@@ -18,18 +19,6 @@ pub struct Supervisor {
     health: Arc<Health>,
     running: BTreeMap<String, RuleTask>,
     desired: Vec<Arc<CompiledRule>>,
-}
-
-/// The (apiVersion, kind) pairs a rule makes.
-fn kinds(rule: &CompiledRule) -> Vec<(String, String)> {
-    let mut k: Vec<(String, String)> = rule
-        .children
-        .iter()
-        .map(|c| (c.api_version.clone(), c.kind.clone()))
-        .collect();
-    k.sort();
-    k.dedup();
-    k
 }
 
 impl Supervisor {
@@ -68,11 +57,10 @@ impl Supervisor {
             let retired = match self.running.get(&rule.name) {
                 Some(t) if t.rule.fingerprint == rule.fingerprint => continue,
                 Some(t) => {
-                    let now = kinds(&rule);
-                    let gone: Vec<(String, String)> = kinds(&t.rule)
-                        .into_iter()
-                        .filter(|k| !now.contains(k))
-                        .collect();
+                    let gone = inventory::retired(
+                        &inventory::kinds_of(&t.rule),
+                        &inventory::kinds_of(&rule),
+                    );
                     tracing::info!(rule = %rule.name, from = %t.rule.fingerprint, to = %rule.fingerprint, "rule changed: restarting its controller");
                     if let Some(old) = self.running.remove(&rule.name) {
                         old.stop().await;

@@ -4,6 +4,7 @@
 //! files are untouched. A file that is gone takes its rules with it.
 
 use super::compile::CompiledRule;
+use super::error::LoadError;
 use super::load::{collect_files, dedupe, load_file};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -21,6 +22,9 @@ pub struct Problem {
 pub struct RuleBook {
     paths: Vec<PathBuf>,
     files: BTreeMap<PathBuf, Vec<Arc<CompiledRule>>>,
+    /// The rules last put in force, by name: the fallback of a rule whose new version
+    /// collides with another (same watched resource).
+    in_force: BTreeMap<String, Arc<CompiledRule>>,
     pub problems: Vec<Problem>,
 }
 
@@ -76,11 +80,23 @@ impl RuleBook {
         &self.problems
     }
 
-    /// The rules in force, one per name (the first file in path order wins).
+    /// The rules in force, one per name and one per watched resource (the first file in
+    /// path order wins). A rule refused for watching what another watches keeps its last
+    /// version in force, if it had one that does not collide.
     pub fn rules(&mut self) -> Vec<Arc<CompiledRule>> {
         let all: Vec<Arc<CompiledRule>> = self.files.values().flatten().cloned().collect();
-        let (kept, dups) = dedupe(all);
+        let (mut kept, dups) = dedupe(all);
         for d in dups {
+            if let LoadError::SameWatch { rule, .. } = &d
+                && let Some(prev) = self.in_force.get(rule)
+                && !kept.iter().any(|k| {
+                    k.name == prev.name
+                        || (k.watch.group == prev.watch.group
+                            && k.watch.resource == prev.watch.resource)
+                })
+            {
+                kept.push(prev.clone());
+            }
             let p = Problem {
                 file: d.file().display().to_string(),
                 message: d.to_string(),
@@ -89,6 +105,7 @@ impl RuleBook {
                 self.problems.push(p);
             }
         }
+        self.in_force = kept.iter().map(|r| (r.name.clone(), r.clone())).collect();
         kept
     }
 }
@@ -137,6 +154,39 @@ mod tests {
             fp,
             "the fix is picked up"
         );
+    }
+
+    #[test]
+    fn a_second_rule_on_a_watched_resource_is_refused_and_its_last_good_version_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), GOOD).unwrap();
+        std::fs::write(dir.path().join("b.yaml"), OTHER).unwrap();
+        let mut book = RuleBook::new(vec![dir.path().to_path_buf()]);
+        assert!(book.reload().is_empty());
+        assert_eq!(book.rules().len(), 2);
+        // `other` now watches what `web` watches (another version of it, even).
+        std::fs::write(
+            dir.path().join("b.yaml"),
+            OTHER.replace(
+                "version: v1, resource: others",
+                "version: v2, resource: webs",
+            ),
+        )
+        .unwrap();
+        book.reload();
+        let rules = book.rules();
+        assert_eq!(book.problems.len(), 1, "{:?}", book.problems);
+        let msg = &book.problems[0].message;
+        assert!(
+            msg.contains("b.yaml:1") && msg.contains("already watches"),
+            "{msg}"
+        );
+        let other = rules
+            .iter()
+            .find(|r| r.name == "other")
+            .expect("last good kept");
+        assert_eq!(other.watch.resource, "others");
+        assert_eq!(rules.len(), 2);
     }
 
     #[test]

@@ -56,6 +56,17 @@ pub enum LoadError {
         first: Location,
         second: Location,
     },
+    /// Two rules watch the same kind: each status write would undo the other's.
+    #[error(
+        "{second}: rule `{rule}` watches {watch}, which rule `{other}` at {first} already watches; each would overwrite the other's status and children forever\n  fix: one rule per watched resource: merge the two rules, or watch another resource"
+    )]
+    SameWatch {
+        rule: String,
+        other: String,
+        watch: String,
+        first: Location,
+        second: Location,
+    },
     /// The paths given hold no rules files.
     #[error("{}: no rules files here (looked for *.yaml and *.yml)", path.display())]
     NoFiles { path: PathBuf },
@@ -122,7 +133,9 @@ impl LoadError {
             | LoadError::Syntax { path, .. }
             | LoadError::NoFiles { path } => path,
             LoadError::Rule(p) => &p.at.file,
-            LoadError::Duplicate { second, .. } => &second.file,
+            LoadError::Duplicate { second, .. } | LoadError::SameWatch { second, .. } => {
+                &second.file
+            }
         }
     }
 }

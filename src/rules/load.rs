@@ -227,18 +227,30 @@ pub fn load_paths(paths: &[PathBuf]) -> (Vec<Arc<CompiledRule>>, Vec<LoadError>)
 
 /// Keeps the first rule of each name; later ones become errors.
 pub fn dedupe(rules: Vec<Arc<CompiledRule>>) -> (Vec<Arc<CompiledRule>>, Vec<LoadError>) {
-    let mut seen: HashMap<String, Location> = HashMap::new();
+    let mut names: HashMap<String, Location> = HashMap::new();
+    let mut watches: HashMap<(String, String), (String, Location)> = HashMap::new();
     let mut kept = Vec::new();
     let mut errors = Vec::new();
     for r in rules {
-        if let Some(first) = seen.get(&r.name) {
+        // The version is only a view: one resource of one group is one kind.
+        let watch = (r.watch.group.clone(), r.watch.resource.clone());
+        if let Some(first) = names.get(&r.name) {
             errors.push(LoadError::Duplicate {
                 rule: r.name.clone(),
                 first: first.clone(),
                 second: r.at.clone(),
             });
+        } else if let Some((other, first)) = watches.get(&watch) {
+            errors.push(LoadError::SameWatch {
+                rule: r.name.clone(),
+                other: other.clone(),
+                watch: format!("{}/{} {}", r.watch.group, r.watch.version, r.watch.resource),
+                first: first.clone(),
+                second: r.at.clone(),
+            });
         } else {
-            seen.insert(r.name.clone(), r.at.clone());
+            names.insert(r.name.clone(), r.at.clone());
+            watches.insert(watch, (r.name.clone(), r.at.clone()));
             kept.push(r);
         }
     }

@@ -1,0 +1,324 @@
+//! Which kinds each rule has made children of, kept in the cluster (a ConfigMap
+//! `ruleop-inventory` in the operator's namespace), so a kind removed from a rule is
+//! cleaned up even when the change happened while this replica was standby or stopped.
+//!
+//! When a rule starts, the kinds recorded for it that it no longer makes (by group and
+//! kind: a new version of a kind is the same objects) are *retired*: their children that
+//! this rule owns are deleted, retried with backoff until it succeeds; only then is the
+//! record set to the rule's current kinds. Written only when it changes.
+
+use super::discovery;
+use super::leader::Fence;
+use crate::apply::ownership::controller_ref;
+use crate::render::{RULE_LABEL, group_of};
+use crate::rules::CompiledRule;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// The name of the inventory ConfigMap.
+pub const INVENTORY: &str = "ruleop-inventory";
+
+/// A kind, as recorded: `apiVersion` and `kind` (compared by group and kind).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct Made {
+    #[serde(rename = "apiVersion")]
+    pub api_version: String,
+    pub kind: String,
+}
+
+impl Made {
+    fn group_kind(&self) -> (&str, &str) {
+        (group_of(&self.api_version), &self.kind)
+    }
+}
+
+/// Why the inventory or a cleanup failed (retried).
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("reading or writing the inventory {namespace}/{INVENTORY}: {source}")]
+    Store {
+        namespace: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cleaning up {kind} children: {message}")]
+    Cleanup { kind: String, message: String },
+    #[error("discovery of the retired kind {kind}: {message}")]
+    Discovery { kind: String, message: String },
+    #[error("not the leader: nothing written")]
+    NotLeader,
+}
+
+/// The kinds a rule makes now.
+pub fn kinds_of(rule: &CompiledRule) -> BTreeSet<Made> {
+    rule.children
+        .iter()
+        .map(|c| Made {
+            api_version: c.api_version.clone(),
+            kind: c.kind.clone(),
+        })
+        .collect()
+}
+
+/// The recorded kinds that `now` no longer makes, by group and kind.
+pub fn retired(recorded: &BTreeSet<Made>, now: &BTreeSet<Made>) -> Vec<Made> {
+    recorded
+        .iter()
+        .filter(|r| !now.iter().any(|n| n.group_kind() == r.group_kind()))
+        .cloned()
+        .collect()
+}
+
+/// Where the inventory lives, and who may write.
+pub struct Inventory {
+    pub client: Client,
+    pub namespace: String,
+    pub fence: std::sync::Arc<Fence>,
+}
+
+impl Inventory {
+    fn api(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn err(&self, source: kube::Error) -> InventoryError {
+        InventoryError::Store {
+            namespace: self.namespace.clone(),
+            source,
+        }
+    }
+
+    /// The kinds recorded for `rule`.
+    pub async fn recorded(&self, rule: &str) -> Result<BTreeSet<Made>, InventoryError> {
+        let cm = self
+            .api()
+            .get_opt(INVENTORY)
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok(cm
+            .and_then(|c| c.data)
+            .and_then(|d| d.get(rule).cloned())
+            .and_then(|v| serde_json::from_str(&v).ok())
+            .unwrap_or_default())
+    }
+
+    /// Records `kinds` for `rule`, if that changes anything.
+    pub async fn record(&self, rule: &str, kinds: &BTreeSet<Made>) -> Result<(), InventoryError> {
+        let value = serde_json::to_string(kinds).unwrap_or_default();
+        let api = self.api();
+        let existing = api.get_opt(INVENTORY).await.map_err(|e| self.err(e))?;
+        if !self.fence.holds() {
+            return Err(InventoryError::NotLeader);
+        }
+        match existing {
+            Some(mut cm) => {
+                let data = cm.data.get_or_insert_with(Default::default);
+                if data.get(rule) == Some(&value) {
+                    return Ok(());
+                }
+                data.insert(rule.to_string(), value);
+                api.replace(INVENTORY, &PostParams::default(), &cm)
+                    .await
+                    .map_err(|e| self.err(e))?;
+            }
+            None => {
+                let mut cm = ConfigMap::default();
+                cm.metadata.name = Some(INVENTORY.into());
+                cm.data = Some([(rule.to_string(), value)].into());
+                api.create(&PostParams::default(), &cm)
+                    .await
+                    .map_err(|e| self.err(e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a listed object is this rule's child: its controller is a resource of the
+/// watched kind (a user object that only copies the rule's label is not).
+fn owned_by_rule(o: &DynamicObject, parent_group: &str, parent_kind: &str) -> bool {
+    let Ok(v) = serde_json::to_value(o) else {
+        return false;
+    };
+    controller_ref(&v).is_some_and(|r| {
+        r.get("kind").and_then(|k| k.as_str()) == Some(parent_kind)
+            && r.get("apiVersion")
+                .and_then(|a| a.as_str())
+                .is_some_and(|a| group_of(a) == parent_group)
+    })
+}
+
+/// Deletes the children of `rule` of one retired kind (only those it owns).
+pub async fn clean_up(
+    client: &Client,
+    rule: &CompiledRule,
+    parent_kind: &str,
+    made: &Made,
+    namespace: Option<&str>,
+    fence: &Fence,
+) -> Result<usize, InventoryError> {
+    let what = format!("{} {}", made.api_version, made.kind);
+    let group = group_of(&made.api_version);
+    let version = made
+        .api_version
+        .rsplit('/')
+        .next()
+        .unwrap_or(&made.api_version);
+    let resolved = match discovery::child(client, group, version, &made.kind).await {
+        Ok(Some(r)) => r,
+        // The kind is not served any more: nothing of it can be left.
+        Ok(None) => return Ok(0),
+        Err(e) => {
+            return Err(InventoryError::Discovery {
+                kind: what,
+                message: e.to_string(),
+            });
+        }
+    };
+    let ar = &resolved.resource;
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    };
+    let cleanup_err = |e: kube::Error| InventoryError::Cleanup {
+        kind: what.clone(),
+        message: e.to_string(),
+    };
+    let selector = format!("{RULE_LABEL}={}", rule.name);
+    let list = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(cleanup_err)?;
+    let mut deleted = 0;
+    for o in list
+        .items
+        .iter()
+        .filter(|o| owned_by_rule(o, &rule.watch.group, parent_kind))
+    {
+        if !fence.holds() {
+            return Err(InventoryError::NotLeader);
+        }
+        let ns_api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &o.namespace().unwrap_or_default(), ar);
+        crate::apply::prune(&ns_api, ar, &o.name_any(), o.uid())
+            .await
+            .map_err(|e| InventoryError::Cleanup {
+                kind: what.clone(),
+                message: e.to_string(),
+            })?;
+        tracing::info!(kind = %made.kind, name = %o.name_any(), namespace = %o.namespace().unwrap_or_default(), "pruned child of a kind the rule no longer makes");
+        deleted += 1;
+    }
+    Ok(deleted)
+}
+
+/// Cleans up the kinds `rule` no longer makes (recorded in the inventory, or `also`,
+/// from the rule's previous version in this process), then records what it makes now.
+/// Retried with backoff until it succeeds or the rule stops.
+pub async fn retire(
+    inventory: Inventory,
+    rule: std::sync::Arc<CompiledRule>,
+    parent_kind: String,
+    namespace: Option<String>,
+    also: Vec<Made>,
+) {
+    let now = kinds_of(&rule);
+    let mut attempt = 0;
+    loop {
+        let result = async {
+            let mut gone = retired(&inventory.recorded(&rule.name).await?, &now);
+            for m in retired(&also.iter().cloned().collect(), &now) {
+                if !gone.contains(&m) {
+                    gone.push(m);
+                }
+            }
+            for m in &gone {
+                let n = clean_up(
+                    &inventory.client,
+                    &rule,
+                    &parent_kind,
+                    m,
+                    namespace.as_deref(),
+                    &inventory.fence,
+                )
+                .await?;
+                tracing::info!(kind = %m.kind, deleted = n, "kind retired from the rule: its children cleaned up");
+            }
+            inventory.record(&rule.name, &now).await
+        }
+        .await;
+        match result {
+            Ok(()) => return,
+            Err(e) => {
+                let delay = retry_delay(attempt);
+                tracing::warn!(error = %e, retry_in_s = delay.as_secs(), "cleanup of retired kinds failed; retrying");
+                tokio::time::sleep(delay).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// Backoff between cleanup attempts: 1 s doubling to 5 minutes.
+pub fn retry_delay(attempt: u32) -> Duration {
+    Duration::from_secs((1u64 << attempt.min(9)).min(300))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn made(api_version: &str, kind: &str) -> Made {
+        Made {
+            api_version: api_version.into(),
+            kind: kind.into(),
+        }
+    }
+
+    #[test]
+    fn a_new_version_of_a_kind_is_not_retired_and_a_removed_kind_is() {
+        let recorded: BTreeSet<Made> = [
+            made("autoscaling/v1", "HorizontalPodAutoscaler"),
+            made("v1", "ConfigMap"),
+            made("apps/v1", "Deployment"),
+        ]
+        .into();
+        let now: BTreeSet<Made> = [
+            made("autoscaling/v2", "HorizontalPodAutoscaler"),
+            made("apps/v1", "Deployment"),
+        ]
+        .into();
+        assert_eq!(retired(&recorded, &now), vec![made("v1", "ConfigMap")]);
+    }
+
+    #[test]
+    fn only_objects_controlled_by_a_resource_of_the_watched_kind_are_the_rules() {
+        let obj = |owner: serde_json::Value| -> DynamicObject {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "x", "namespace": "n", "ownerReferences": owner}
+            }))
+            .unwrap()
+        };
+        let ours = obj(
+            serde_json::json!([{"apiVersion": "example.com/v2", "kind": "WebSite", "name": "w", "uid": "u", "controller": true}]),
+        );
+        assert!(owned_by_rule(&ours, "example.com", "WebSite"));
+        let users = obj(serde_json::json!([]));
+        assert!(!owned_by_rule(&users, "example.com", "WebSite"));
+        let other = obj(
+            serde_json::json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "u", "controller": true}]),
+        );
+        assert!(!owned_by_rule(&other, "example.com", "WebSite"));
+    }
+
+    #[test]
+    fn cleanup_retries_back_off_to_five_minutes() {
+        assert_eq!(retry_delay(0), Duration::from_secs(1));
+        assert_eq!(retry_delay(3), Duration::from_secs(8));
+        assert_eq!(retry_delay(30), Duration::from_secs(300));
+    }
+}
