@@ -75,6 +75,18 @@ fn check_reports_each_broken_file_with_file_rule_child_and_line() {
             Some("child `cm`"),
             "unknown variable `spce`",
         ),
+        (
+            "same-child-name.yaml:13:",
+            "rule `same-child-name`",
+            Some("child `second`"),
+            "children `first` and `second` both make ConfigMap",
+        ),
+        (
+            "same-watch.yaml:4:",
+            "rule `same-watch-b`",
+            None,
+            "which rule `same-watch-a` at",
+        ),
     ];
     let (code, stdout, stderr) = ruleop(&["check", "--rules", "tests/fixtures/broken/"]);
     assert_eq!(code, 1, "{stdout}{stderr}");
@@ -92,7 +104,7 @@ fn check_reports_each_broken_file_with_file_rule_child_and_line() {
         stderr.contains("fix: did you mean `Deployment`?"),
         "{stderr}"
     );
-    assert!(stdout.contains("0 rule(s) ok, 8 error(s)"), "{stdout}");
+    assert!(stdout.contains("1 rule(s) ok, 10 error(s)"), "{stdout}");
 }
 
 #[test]
@@ -132,4 +144,18 @@ fn render_with_observed_children_prints_the_status() {
         "{stdout}"
     );
     assert!(stdout.contains("ready: true"), "{stdout}");
+}
+
+#[test]
+fn text_logs_carry_no_colour_codes_when_not_on_a_terminal() {
+    let (code, stdout, stderr) = ruleop(&[
+        "run",
+        "--rules",
+        "tests/fixtures/broken/bad-yaml.yaml",
+        "--log-format",
+        "text",
+    ]);
+    assert_ne!(code, 0, "no rule loads: {stdout}{stderr}");
+    assert!(stderr.contains("bad-yaml.yaml"), "{stderr}");
+    assert!(!stderr.contains('\x1b'), "ANSI codes in a pipe: {stderr:?}");
 }

@@ -411,11 +411,12 @@ async fn another_field_manager_is_left_alone_and_nothing_flaps() {
         "ruleop wrote after another manager's edit"
     );
     // The Deployment controller may still write its status; the spec must not move, nor
-    // ruleop's own entry in the managed fields.
+    // ruleop's own entry in the managed fields (its create's `Update`, until a change
+    // moves it to `Apply`).
     let ruleop_entry = |d: &Value| {
         d["metadata"]["managedFields"].as_array().and_then(|m| {
             m.iter()
-                .find(|e| e["manager"] == "ruleop" && e["operation"] == "Apply")
+                .find(|e| e["manager"] == "ruleop" && e.get("subresource").is_none())
                 .cloned()
         })
     };
@@ -568,83 +569,6 @@ async fn a_minute_of_steady_state_brings_no_writes_and_bounded_reconciles() {
     common::delete_namespace(&ns);
 }
 
-/// A loopback TCP proxy that can freeze every connection open so far: they stay open
-/// and carry nothing, as a stalled network path would. New connections flow.
-struct Proxy {
-    addr: std::net::SocketAddr,
-    frozen_before: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    next_id: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl Proxy {
-    async fn start(upstream: std::net::SocketAddr) -> Proxy {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let frozen_before = std::sync::Arc::new(AtomicU64::new(0));
-        let next_id = std::sync::Arc::new(AtomicU64::new(1));
-        let fb = frozen_before.clone();
-        let ids = next_id.clone();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let id = ids.fetch_add(1, Ordering::SeqCst);
-                let fb = fb.clone();
-                tokio::spawn(async move {
-                    let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
-                        return;
-                    };
-                    let (cr, cw) = client.into_split();
-                    let (sr, sw) = server.into_split();
-                    let pipe = |mut r: tokio::net::tcp::OwnedReadHalf,
-                                mut w: tokio::net::tcp::OwnedWriteHalf,
-                                fb: std::sync::Arc<AtomicU64>| async move {
-                        let mut buf = vec![0u8; 16 * 1024];
-                        loop {
-                            if id <= fb.load(Ordering::SeqCst) {
-                                // Frozen: hold the connection open, forward nothing, ever.
-                                std::future::pending::<()>().await;
-                            }
-                            let n = match tokio::time::timeout(
-                                Duration::from_millis(200),
-                                r.read(&mut buf),
-                            )
-                            .await
-                            {
-                                Ok(Ok(0)) | Ok(Err(_)) => return,
-                                Ok(Ok(n)) => n,
-                                Err(_) => continue,
-                            };
-                            if id <= fb.load(Ordering::SeqCst) {
-                                std::future::pending::<()>().await;
-                            }
-                            if w.write_all(&buf[..n]).await.is_err() {
-                                return;
-                            }
-                        }
-                    };
-                    let a = tokio::spawn(pipe(cr, sw, fb.clone()));
-                    let b = tokio::spawn(pipe(sr, cw, fb));
-                    let _ = tokio::join!(a, b);
-                });
-            }
-        });
-        Proxy {
-            addr,
-            frozen_before,
-            next_id,
-        }
-    }
-
-    /// Freezes every connection opened so far; later ones flow.
-    fn freeze_existing(&self) -> u64 {
-        let last = self.next_id.load(std::sync::atomic::Ordering::SeqCst) - 1;
-        self.frozen_before
-            .store(last, std::sync::atomic::Ordering::SeqCst);
-        last
-    }
-}
-
 #[tokio::test]
 async fn a_watch_that_goes_silent_is_noticed_and_re_established() {
     let client = common::client().await;
@@ -659,7 +583,7 @@ async fn a_watch_that_goes_silent_is_noticed_and_re_established() {
         .unwrap()
         .to_string();
     let upstream: std::net::SocketAddr = server.trim_start_matches("https://").parse().unwrap();
-    let proxy = Proxy::start(upstream).await;
+    let proxy = common::proxy::Proxy::start(upstream).await;
     kc["clusters"][0]["cluster"]["server"] = json!(format!("https://{}", proxy.addr));
     let dir = tempfile::tempdir().unwrap();
     let proxied = dir.path().join("kubeconfig");

@@ -476,7 +476,12 @@ async fn the_generated_rbac_is_enough_and_a_kind_outside_it_is_refused_on_the_re
     let kc = kc.to_str().unwrap().to_string();
 
     // The shipped rules converge under exactly their generated RBAC.
-    let _op = Operator::start_with_env(&ns, &["rules/"], &[], &[("KUBECONFIG", &kc)]);
+    let _op = Operator::start_with_env(
+        &ns,
+        &["rules/"],
+        &["--lease-namespace", &op_ns],
+        &[("KUBECONFIG", &kc)],
+    );
     kubectl_ok(
         &["apply", "-f", "-"],
         Some(&manifest_in("examples/website.yaml", &ns)),
@@ -495,7 +500,8 @@ async fn the_generated_rbac_is_enough_and_a_kind_outside_it_is_refused_on_the_re
     .await;
     drop(_op);
 
-    // A rule asking for a kind the RBAC does not cover: refused on the resource, no crash.
+    // A rule asking for a kind the RBAC does not cover: refused on the resource, no crash;
+    // granted later, it converges with nobody touching the resource.
     let extra = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/website.yaml"))
         .unwrap()
         + "\n---\n"
@@ -503,11 +509,17 @@ async fn the_generated_rbac_is_enough_and_a_kind_outside_it_is_refused_on_the_re
             env!("CARGO_MANIFEST_DIR"),
             "/tests/fixtures/cache/config-only.yaml"
         ))
-        .unwrap();
+        .unwrap()
+        + "    when: spec.withConfig | default(true)\n";
     let rules = dir.path().join("rules.yaml");
     std::fs::write(&rules, extra).unwrap();
-    let mut op =
-        Operator::start_with_env(&ns, &[rules.to_str().unwrap()], &[], &[("KUBECONFIG", &kc)]);
+    let lease_ns = ["--lease-namespace", op_ns.as_str()];
+    let mut op = Operator::start_with_env(
+        &ns,
+        &[rules.to_str().unwrap()],
+        &lease_ns,
+        &[("KUBECONFIG", &kc)],
+    );
     let cr = json!({"apiVersion": "example.com/v1", "kind": "MyApp", "metadata": {"name": "needs-cm", "namespace": ns}, "spec": {"image": "nginx"}});
     kubectl_ok(&["apply", "-f", "-"], Some(&cr.to_string()));
     let m = wait_json("myapp", &ns, "needs-cm", "Synced False", |m| {
@@ -515,7 +527,7 @@ async fn the_generated_rbac_is_enough_and_a_kind_outside_it_is_refused_on_the_re
     })
     .await;
     let synced = condition(&m, "Synced").unwrap();
-    assert_eq!(synced["reason"], "ApplyRefused", "{m}");
+    assert_eq!(synced["reason"], "Forbidden", "{m}");
     assert!(
         synced["message"].as_str().unwrap().contains("forbidden"),
         "{m}"
@@ -523,6 +535,74 @@ async fn the_generated_rbac_is_enough_and_a_kind_outside_it_is_refused_on_the_re
     assert!(op.running(), "no crash");
     let (_, out, _) = kubectl(&["get", "configmap", "needs-cm-config", "-n", &ns], None);
     assert!(out.is_empty(), "nothing created");
+
+    let grant = |verbs: &str| {
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: cm, namespace: {ns}}}\nrules: [{{apiGroups: [\"\"], resources: [configmaps], verbs: [{verbs}]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: cm, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: cm}}\nsubjects: [{{kind: ServiceAccount, name: ruleop, namespace: {op_ns}}}]\n"
+        )
+    };
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&grant("get, list, watch, create, update, patch")),
+    );
+    wait_json(
+        "myapp",
+        &ns,
+        "needs-cm",
+        "Synced once RBAC allows it",
+        |m| condition(m, "Synced").is_some_and(|c| c["reason"] == "Applied"),
+    )
+    .await;
+    assert!(get_json("configmap", &ns, "needs-cm-config").is_some());
+
+    // A prune the RBAC refuses: the status is still written (observedGeneration moves).
+    kubectl_ok(
+        &[
+            "patch",
+            "myapp",
+            "needs-cm",
+            "-n",
+            &ns,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"withConfig":false}}"#,
+        ],
+        None,
+    );
+    let generation = get_json("myapp", &ns, "needs-cm").unwrap()["metadata"]["generation"].clone();
+    let m = wait_json(
+        "myapp",
+        &ns,
+        "needs-cm",
+        "prune refused, status written",
+        |m| {
+            m["status"]["observedGeneration"] == generation
+                && condition(m, "Synced").is_some_and(|c| c["reason"] == "Forbidden")
+        },
+    )
+    .await;
+    assert!(
+        condition(&m, "Synced").unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .contains("delete"),
+        "{m}"
+    );
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&grant("get, list, watch, create, update, patch, delete")),
+    );
+    wait_json(
+        "myapp",
+        &ns,
+        "needs-cm",
+        "pruned once RBAC allows it",
+        |m| condition(m, "Synced").is_some_and(|c| c["reason"] == "Applied"),
+    )
+    .await;
+    assert!(get_json("configmap", &ns, "needs-cm-config").is_none());
+    assert!(op.running());
     common::delete_namespace(&ns);
     common::delete_namespace(&op_ns);
 }

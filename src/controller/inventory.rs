@@ -79,6 +79,15 @@ pub struct Inventory {
     pub fence: std::sync::Arc<Fence>,
 }
 
+/// The inventory key of a rule: its name, or `<name>.<namespace>` for an operator that
+/// runs in one namespace only (two such operators keep apart).
+pub fn key(rule: &str, scope: Option<&str>) -> String {
+    match scope {
+        Some(ns) => format!("{rule}.{ns}"),
+        None => rule.to_string(),
+    }
+}
+
 impl Inventory {
     fn api(&self) -> Api<ConfigMap> {
         Api::namespaced(self.client.clone(), &self.namespace)
@@ -226,10 +235,11 @@ pub async fn retire(
     also: Vec<Made>,
 ) {
     let now = kinds_of(&rule);
+    let key = key(&rule.name, namespace.as_deref());
     let mut attempt = 0;
     loop {
         let result = async {
-            let mut gone = retired(&inventory.recorded(&rule.name).await?, &now);
+            let mut gone = retired(&inventory.recorded(&key).await?, &now);
             for m in retired(&also.iter().cloned().collect(), &now) {
                 if !gone.contains(&m) {
                     gone.push(m);
@@ -247,7 +257,7 @@ pub async fn retire(
                 .await?;
                 tracing::info!(kind = %m.kind, deleted = n, "kind retired from the rule: its children cleaned up");
             }
-            inventory.record(&rule.name, &now).await
+            inventory.record(&key, &now).await
         }
         .await;
         match result {

@@ -442,3 +442,74 @@ async fn run(
     synced.store(false, Ordering::SeqCst);
     tracing::info!("rule stopped");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::Written;
+    use std::time::{Duration, Instant};
+
+    fn cm(name: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "n"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn after_a_relist_the_memos_of_objects_gone_meanwhile_are_dropped() {
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let memo: Memo = Memo::default();
+        let old = Written {
+            at: Instant::now() - CACHE_LAG_GRACE - Duration::from_secs(1),
+            ..Written::now("h".into(), "1".into(), String::new())
+        };
+        memo.put(ObjectKey::of_object(&ar, &cm("kept")), old.clone());
+        memo.put(ObjectKey::of_object(&ar, &cm("gone")), old);
+        // Written a moment ago and not listed yet: the cache may simply lag.
+        let fresh = Written::now("h".into(), "9".into(), String::new());
+        memo.put(ObjectKey::of_object(&ar, &cm("just-made")), fresh);
+        let relist = Relist::default();
+        for ev in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(cm("kept")),
+            watcher::Event::InitDone,
+        ] {
+            forget_gone_children(&ev, &ar, &memo, &relist);
+        }
+        assert!(memo.get(&ObjectKey::of_object(&ar, &cm("kept"))).is_some());
+        assert!(memo.get(&ObjectKey::of_object(&ar, &cm("gone"))).is_none());
+        assert!(
+            memo.get(&ObjectKey::of_object(&ar, &cm("just-made")))
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_resource_gone_while_failing_leaves_no_backoff_entry() {
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let status: Memo<(String, serde_json::Value)> = Memo::default();
+        let failures = Mutex::new(HashMap::from([
+            ("n/deleted".to_string(), 3),
+            ("n/vanished".to_string(), 5),
+            ("n/kept".to_string(), 1),
+        ]));
+        let relist = Relist::default();
+        forget_gone_parents(
+            &watcher::Event::Delete(cm("deleted")),
+            &ar,
+            &status,
+            &failures,
+            &relist,
+        );
+        for ev in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(cm("kept")),
+            watcher::Event::InitDone,
+        ] {
+            forget_gone_parents(&ev, &ar, &status, &failures, &relist);
+        }
+        let left: Vec<String> = failures.lock().unwrap().keys().cloned().collect();
+        assert_eq!(left, vec!["n/kept".to_string()]);
+    }
+}

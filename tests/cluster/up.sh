@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts a local Kubernetes control plane on loopback, as plain processes:
-#   etcd, kube-apiserver (own PKI, RBAC on), kube-controller-manager, kube-scheduler,
+#   etcd, kube-apiserver (own PKI, RBAC on, OwnerReferencesPermissionEnforcement on as in
+#   hardened clusters), kube-controller-manager, kube-scheduler,
 #   and kwok managing one fake node, so that pods become Running/Ready.
 # Every port is picked free at start, so two clones can each run their own cluster.
 # State, logs, pids and the kubeconfig live in $RULEOP_CLUSTER_DIR (default
@@ -151,6 +152,7 @@ start kube-apiserver "$K8S_BIN/kube-apiserver" \
   --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
   --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
   --allow-privileged=true --disable-admission-plugins ServiceAccount \
+  --enable-admission-plugins OwnerReferencesPermissionEnforcement \
   --cert-dir "$pki" ${RULEOP_APISERVER_EXTRA_ARGS:-}
 wait_for kube-apiserver 90 https_ok "https://127.0.0.1:$api_port/readyz"
 ready_at=$(date +%s%3N)

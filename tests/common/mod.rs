@@ -2,6 +2,8 @@
 //! plane that `make test` starts (tests/cluster/up.sh); KUBECONFIG points at it.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use kube::Client;
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -332,11 +334,18 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start() -> Cluster {
+        Cluster::start_with_env(&[])
+    }
+
+    /// A cluster of its own, `up.sh` run with extra environment (e.g.
+    /// `RULEOP_APISERVER_EXTRA_ARGS`).
+    pub fn start_with_env(env: &[(&str, &str)]) -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("cluster");
         let up =
             std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cluster/up.sh"))
                 .env("RULEOP_CLUSTER_DIR", &dir)
+                .envs(env.iter().copied())
                 .output()
                 .expect("running up.sh");
         assert!(

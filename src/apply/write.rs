@@ -1,0 +1,212 @@
+//! Writing one child through the ownership model: create what is missing (atomically),
+//! apply only to the object judged ours (uid-guarded), adopt as the policy allows (moving
+//! the previous managers' fields first), and report anything else as not owned.
+
+use super::{AdoptPolicy, ApplyError, Refusal, Verdict, adopt, judge};
+use crate::render::{FIELD_MANAGER, Rendered};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::Value;
+
+/// Server-side applies one child, forced, as ruleop's field manager, to the object with
+/// `uid` only: if another object has taken the name meanwhile (422, uid immutable) or the
+/// object is gone (409, uid mismatch), nothing is written ([`ApplyError::Exists`]).
+pub async fn apply(
+    api: &Api<DynamicObject>,
+    child: &Rendered,
+    uid: &str,
+) -> Result<DynamicObject, ApplyError> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let mut body = child.object.clone();
+    if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("uid".into(), Value::String(uid.to_string()));
+    }
+    api.patch(&child.name, &params, &Patch::Apply(&body))
+        .await
+        .map_err(|e| ApplyError::from_kube(&child.kind, &child.name, e))
+}
+
+/// Creates a child that is not there, with a `POST`: atomic, so an object someone else
+/// made meanwhile is never written to (409 AlreadyExists, [`ApplyError::Exists`]). The
+/// fields are owned by an `Update` entry of ruleop's; the first apply that changes the
+/// child moves them to its `Apply` entry ([`adopt::ownership_transfer`]).
+pub async fn create(
+    api: &Api<DynamicObject>,
+    child: &Rendered,
+) -> Result<DynamicObject, ApplyError> {
+    let obj: DynamicObject =
+        serde_json::from_value(child.object.clone()).map_err(|e| ApplyError::Refused {
+            kind: child.kind.clone(),
+            name: child.name.clone(),
+            code: 0,
+            reason: "Decode".into(),
+            message: e.to_string(),
+            class: Refusal::Invalid,
+        })?;
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&params, &obj).await {
+        Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+            Err(ApplyError::Exists {
+                kind: child.kind.clone(),
+                name: child.name.clone(),
+            })
+        }
+        other => other.map_err(|e| ApplyError::from_kube(&child.kind, &child.name, e)),
+    }
+}
+
+/// Whether a live object still has fields owned by ruleop's `Update` entry (made by
+/// [`create`]; the cache keeps that entry, without its fields, as a marker).
+pub fn has_create_entry(live: &Value) -> bool {
+    live.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|m| {
+            m.iter().any(|e| {
+                e.get("manager").and_then(Value::as_str) == Some(FIELD_MANAGER)
+                    && e.get("operation").and_then(Value::as_str) == Some("Update")
+                    && e.get("subresource").is_none()
+            })
+        })
+}
+
+/// What the watch cache keeps of an object's managedFields: only ruleop's `Update`
+/// entry, without its fields (a marker for [`has_create_entry`]); the rest is memory.
+pub fn slim_managed_fields(o: &mut DynamicObject) {
+    o.metadata.managed_fields = o.metadata.managed_fields.take().and_then(|m| {
+        let kept: Vec<_> = m
+            .into_iter()
+            .filter(|e| {
+                e.manager.as_deref() == Some(FIELD_MANAGER)
+                    && e.operation.as_deref() == Some("Update")
+                    && e.subresource.is_none()
+            })
+            .map(|mut e| {
+                e.fields_v1 = None;
+                e
+            })
+            .collect();
+        (!kept.is_empty()).then_some(kept)
+    });
+}
+
+/// What became of one child's write.
+#[derive(Debug)]
+pub enum Outcome {
+    Created(DynamicObject),
+    Updated(DynamicObject),
+    /// Taken over from the previous operator (`why` from the verdict).
+    Adopted(DynamicObject, &'static str),
+    /// Someone else's object has the name: left untouched.
+    NotOwned {
+        controller: String,
+    },
+}
+
+/// Whose a child is: the custom resource's uid, the rule, and the child's policy.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    pub cr_uid: &'a str,
+    pub rule: &'a str,
+    pub adopt: AdoptPolicy,
+}
+
+/// Writes one child through the ownership model: an object ruleop owns is applied (to
+/// that object only); a missing one is created (only if still missing); an existing one
+/// that is not ruleop's is adopted where the policy allows, else left alone.
+/// `live` is the cached object, if any (the cache holds only objects with the rule's label).
+pub async fn write_child(
+    api: &Api<DynamicObject>,
+    child: &Rendered,
+    live: Option<&Value>,
+    claim: Claim<'_>,
+) -> Result<Outcome, ApplyError> {
+    if let Some(live) = live {
+        return write_existing(api, child, live, claim).await;
+    }
+    match create(api, child).await {
+        Ok(obj) => Ok(Outcome::Created(obj)),
+        Err(ApplyError::Exists { .. }) => {
+            // There without the rule's label (or not cached yet): judge it as it is now.
+            let fresh = get(api, child).await?;
+            write_existing(api, child, &fresh, claim).await
+        }
+        Err(e) => Err(e),
+    }
+}
+
+async fn get(api: &Api<DynamicObject>, child: &Rendered) -> Result<Value, ApplyError> {
+    let obj = api
+        .get(&child.name)
+        .await
+        .map_err(|e| ApplyError::from_kube(&child.kind, &child.name, e))?;
+    Ok(serde_json::to_value(&obj).unwrap_or_default())
+}
+
+async fn write_existing(
+    api: &Api<DynamicObject>,
+    child: &Rendered,
+    live: &Value,
+    claim: Claim<'_>,
+) -> Result<Outcome, ApplyError> {
+    let uid = live
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match judge(live, claim.cr_uid, claim.rule, claim.adopt) {
+        Verdict::NotOwned { controller } => Ok(Outcome::NotOwned { controller }),
+        Verdict::Owned if !has_create_entry(live) => {
+            apply(api, child, uid).await.map(Outcome::Updated)
+        }
+        Verdict::Owned => {
+            take_over_fields(api, child, uid).await?;
+            apply(api, child, uid).await.map(Outcome::Updated)
+        }
+        Verdict::Adopt { why } => {
+            take_over_fields(api, child, uid).await?;
+            let obj = apply(api, child, uid).await?;
+            Ok(Outcome::Adopted(obj, why))
+        }
+    }
+}
+
+/// Moves the fields other managers (the previous operator, or ruleop's own create) set
+/// to ruleop's `Apply` entry, on the object with `uid` only.
+async fn take_over_fields(
+    api: &Api<DynamicObject>,
+    child: &Rendered,
+    uid: &str,
+) -> Result<(), ApplyError> {
+    // The cache strips managedFields: read the object whole before moving them.
+    let fresh = get(api, child).await?;
+    if fresh.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid) {
+        return Err(ApplyError::Exists {
+            kind: child.kind.clone(),
+            name: child.name.clone(),
+        });
+    }
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let Some(patch) = adopt::ownership_transfer(&fresh, FIELD_MANAGER, &now) else {
+        return Ok(());
+    };
+    let patch: json_patch::Patch =
+        serde_json::from_value(patch).map_err(|e| ApplyError::Refused {
+            kind: child.kind.clone(),
+            name: child.name.clone(),
+            code: 0,
+            reason: "OwnershipTransfer".into(),
+            message: e.to_string(),
+            class: Refusal::Invalid,
+        })?;
+    api.patch(
+        &child.name,
+        &PatchParams::default(),
+        &Patch::<()>::Json(patch),
+    )
+    .await
+    .map_err(|e| ApplyError::from_kube(&child.kind, &child.name, e))?;
+    Ok(())
+}
