@@ -441,8 +441,10 @@ async fn children_of_a_typed_operator_are_adopted_with_nothing_recreated() {
     .await;
     assert_eq!(uid(&d1), uid(&d0), "the Deployment was not recreated");
     assert_eq!(uid(&s1), uid(&s0), "the Service was not recreated");
+    // (The generation moves: a Deployment counts annotation changes too, and ours carry
+    // ruleop's hash. The pods are what matters.)
     assert_eq!(
-        d1["metadata"]["generation"], d0["metadata"]["generation"],
+        d1["spec"]["template"], d0["spec"]["template"],
         "the pod template did not change"
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -466,7 +468,10 @@ async fn children_of_a_typed_operator_are_adopted_with_nothing_recreated() {
         ],
         None,
     );
-    assert!(!managers.contains("manager/"), "{managers}");
+    assert!(
+        !managers.split_whitespace().any(|m| m.starts_with("manager/")),
+        "{managers}"
+    );
 
     // A field then removed from the rule disappears from the child.
     std::fs::write(

@@ -510,7 +510,7 @@ async fn the_generated_rbac_is_enough_and_a_kind_outside_it_is_refused_on_the_re
             "/tests/fixtures/cache/config-only.yaml"
         ))
         .unwrap()
-        + "    when: spec.withConfig | default(true)\n";
+        + "    when: spec.replicas > 0\n";
     let rules = dir.path().join("rules.yaml");
     std::fs::write(&rules, extra).unwrap();
     let lease_ns = ["--lease-namespace", op_ns.as_str()];
@@ -566,7 +566,7 @@ async fn the_generated_rbac_is_enough_and_a_kind_outside_it_is_refused_on_the_re
             "--type",
             "merge",
             "-p",
-            r#"{"spec":{"withConfig":false}}"#,
+            r#"{"spec":{"replicas":0}}"#,
         ],
         None,
     );

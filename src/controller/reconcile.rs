@@ -58,7 +58,16 @@ pub struct Ctx {
     pub events: super::EventLevel,
     /// Asked before every write: false once this replica may no longer write.
     pub fence: Arc<Fence>,
+    /// True once every watch of the rule has listed; until then (or [`SYNC_WAIT`] after
+    /// `started`, for a watch that cannot list) a missing child may only be missing from
+    /// the cache, and reconciles wait.
+    pub synced: Arc<std::sync::atomic::AtomicBool>,
+    pub started: std::time::Instant,
 }
+
+/// How long reconciles wait for the rule's watches to list before going ahead anyway (a
+/// watch the RBAC forbids never lists; its refusal is then reported on the resources).
+pub const SYNC_WAIT: Duration = Duration::from_secs(10);
 
 /// A reconcile that must be retried.
 #[derive(Debug, thiserror::Error)]
@@ -197,6 +206,10 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
         // The garbage collector removes the children (ownerReferences).
         forget(&ctx, &cr);
         return Ok(Action::await_change());
+    }
+    if !ctx.synced.load(std::sync::atomic::Ordering::SeqCst) && ctx.started.elapsed() < SYNC_WAIT {
+        // A child not in the cache yet would be taken for a missing one.
+        return Ok(Action::requeue(Duration::from_millis(250)));
     }
     let rule = &ctx.rule;
     let _timer = ctx.metrics.reconcile(&rule.name);

@@ -424,6 +424,8 @@ async fn run(
             opts.fence.clone(),
         ),
         fence: opts.fence.clone(),
+        synced: synced.clone(),
+        started: std::time::Instant::now(),
     });
 
     tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, "rule started");

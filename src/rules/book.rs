@@ -87,8 +87,8 @@ impl RuleBook {
         let all: Vec<Arc<CompiledRule>> = self.files.values().flatten().cloned().collect();
         let (mut kept, dups) = dedupe(all);
         for d in dups {
-            if let LoadError::SameWatch { rule, .. } = &d
-                && let Some(prev) = self.in_force.get(rule)
+            if let LoadError::SameWatch(w) = &d
+                && let Some(prev) = self.in_force.get(&w.rule)
                 && !kept.iter().any(|k| {
                     k.name == prev.name
                         || (k.watch.group == prev.watch.group

@@ -57,19 +57,24 @@ pub enum LoadError {
         second: Location,
     },
     /// Two rules watch the same kind: each status write would undo the other's.
-    #[error(
-        "{second}: rule `{rule}` watches {watch}, which rule `{other}` at {first} already watches; each would overwrite the other's status and children forever\n  fix: one rule per watched resource: merge the two rules, or watch another resource"
-    )]
-    SameWatch {
-        rule: String,
-        other: String,
-        watch: String,
-        first: Location,
-        second: Location,
-    },
+    #[error("{0}")]
+    SameWatch(Box<SameWatch>),
     /// The paths given hold no rules files.
     #[error("{}: no rules files here (looked for *.yaml and *.yml)", path.display())]
     NoFiles { path: PathBuf },
+}
+
+/// A second rule on an already watched resource.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{second}: rule `{rule}` watches {watch}, which rule `{other}` at {first} already watches; each would overwrite the other's status and children forever\n  fix: one rule per watched resource: merge the two rules, or watch another resource"
+)]
+pub struct SameWatch {
+    pub rule: String,
+    pub other: String,
+    pub watch: String,
+    pub first: Location,
+    pub second: Location,
 }
 
 /// What is wrong in a rule, where, and what to do about it.
@@ -133,9 +138,8 @@ impl LoadError {
             | LoadError::Syntax { path, .. }
             | LoadError::NoFiles { path } => path,
             LoadError::Rule(p) => &p.at.file,
-            LoadError::Duplicate { second, .. } | LoadError::SameWatch { second, .. } => {
-                &second.file
-            }
+            LoadError::Duplicate { second, .. } => &second.file,
+            LoadError::SameWatch(w) => &w.second.file,
         }
     }
 }

@@ -241,13 +241,13 @@ pub fn dedupe(rules: Vec<Arc<CompiledRule>>) -> (Vec<Arc<CompiledRule>>, Vec<Loa
                 second: r.at.clone(),
             });
         } else if let Some((other, first)) = watches.get(&watch) {
-            errors.push(LoadError::SameWatch {
+            errors.push(LoadError::SameWatch(Box::new(super::error::SameWatch {
                 rule: r.name.clone(),
                 other: other.clone(),
                 watch: format!("{}/{} {}", r.watch.group, r.watch.version, r.watch.resource),
                 first: first.clone(),
                 second: r.at.clone(),
-            });
+            })));
         } else {
             names.insert(r.name.clone(), r.at.clone());
             watches.insert(watch, (r.name.clone(), r.at.clone()));
