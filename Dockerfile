@@ -1,8 +1,10 @@
 # Multi-stage build of the operator: a static-enough binary on a distroless, non-root base.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
+# The manifest names the bench targets, so cargo needs their files to read it.
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY benches ./benches
 RUN cargo build --release --locked --bin ruleop
 
 FROM gcr.io/distroless/cc-debian12:nonroot

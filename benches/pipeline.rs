@@ -17,7 +17,7 @@ fn website() -> std::sync::Arc<ruleop::rules::CompiledRule> {
 
 fn cr(i: usize) -> serde_json::Value {
     json!({
-        "apiVersion": "example.com/v1", "kind": "WebSite",
+        "apiVersion": "sre.example.com/v1alpha1", "kind": "WebSite",
         "metadata": {"name": format!("site-{i}"), "namespace": "bench", "uid": format!("uid-{i}"), "generation": 1},
         "spec": {"image": "nginx:1.27", "replicas": 3, "port": 8080, "serviceType": "ClusterIP"}
     })

@@ -55,9 +55,9 @@ struct Figures {
 
 fn website_ar() -> ApiResource {
     ApiResource {
-        group: "example.com".into(),
-        version: "v1".into(),
-        api_version: "example.com/v1".into(),
+        group: "sre.example.com".into(),
+        version: "v1alpha1".into(),
+        api_version: "sre.example.com/v1alpha1".into(),
         kind: "WebSite".into(),
         plural: "websites".into(),
     }
@@ -105,14 +105,14 @@ fn fresh_cluster(system: &str) -> Result<String, String> {
             &format!("{dir}/helm/crds/"),
         ]))?;
     } else {
-        let crd = format!("{ROOT}/deploy/crds/websites.example.com.yaml");
+        let crd = format!("{ROOT}/deploy/crds/websites.sre.example.com.yaml");
         sh(Command::new("kubectl").args(["--kubeconfig", &kc, "apply", "-f", &crd]))?;
         sh(Command::new("kubectl").args([
             "--kubeconfig",
             &kc,
             "wait",
             "--for=condition=Established",
-            "crd/websites.example.com",
+            "crd/websites.sre.example.com",
             "--timeout=60s",
         ]))?;
     }
@@ -136,7 +136,7 @@ async fn install_kro_rgd(kc: &str) -> Result<(), String> {
             kc,
             "wait",
             "--for=condition=Established",
-            "crd/websites.example.com",
+            "crd/websites.sre.example.com",
             "--timeout=5s",
         ];
         if sh(Command::new("kubectl").args(est)).is_ok() {
@@ -155,7 +155,7 @@ async fn install_kro_rgd(kc: &str) -> Result<(), String> {
             .unwrap_or_default();
             let why: Vec<&str> = rgd.lines().filter(|l| l.contains("message")).collect();
             return Err(format!(
-                "kro did not serve websites.example.com within 90 s: {}",
+                "kro did not serve websites.sre.example.com within 90 s: {}",
                 why.join(" ")
             ));
         }
@@ -341,7 +341,7 @@ fn start_profiles(
 }
 
 fn website(i: usize, image: &str) -> Value {
-    json!({"apiVersion": "example.com/v1", "kind": "WebSite", "metadata": {"name": format!("s{i}"), "namespace": NS},
+    json!({"apiVersion": "sre.example.com/v1alpha1", "kind": "WebSite", "metadata": {"name": format!("s{i}"), "namespace": NS},
            "spec": {"image": image, "replicas": 1, "port": 80, "serviceType": "ClusterIP"}})
 }
 
@@ -516,7 +516,8 @@ async fn floor_writes(
             {"type": "Synced", "status": "True", "reason": "Applied", "message": "every child matches the rule", "observedGeneration": generation, "lastTransitionTime": now},
         ]);
     }
-    let body = json!({"apiVersion": "example.com/v1", "kind": "WebSite", "status": status});
+    let body =
+        json!({"apiVersion": "sre.example.com/v1alpha1", "kind": "WebSite", "status": status});
     let status_write = async {
         let _ = sites.patch_status(&name, &pp, &Patch::Apply(&body)).await;
     };

@@ -3,7 +3,7 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-cargo run --quiet -- rbac --rules rules/ >deploy/rbac.yaml
+cargo run --quiet -- rbac --rules rules/ --crd deploy/crds/websites.sre.example.com.yaml --crd deploy/crds/myapps.myscheme.example.com.yaml >deploy/rbac.yaml
 {
   echo "# Generated from rules/ by deploy/generate.sh. Do not edit: regenerate."
   kubectl create configmap ruleop-rules --namespace ruleop-system --from-file=rules/ --dry-run=client -o yaml

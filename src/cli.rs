@@ -62,6 +62,10 @@ struct RbacArgs {
     /// The namespace the operator runs in (its ServiceAccount and Lease are there).
     #[arg(long, default_value = "ruleop-system")]
     operator_namespace: String,
+    /// CRD files of the watched kinds (repeat for more): a kind whose CRD has no status
+    /// subresource gets `patch` on the resource itself, where ruleop then writes its status.
+    #[arg(long)]
+    crd: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -196,11 +200,16 @@ fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
         print_errors(&errors);
         return Ok(ExitCode::FAILURE);
     }
+    let mut crds = Vec::new();
+    for f in &args.crd {
+        crds.extend(read_objects(f)?);
+    }
     let target = crate::rbac::Target {
         name: args.name,
         service_account: args.service_account,
         operator_namespace: args.operator_namespace,
         namespace: args.namespace,
+        without_status_subresource: crate::rbac::without_status_subresource(&crds),
     };
     let names: Vec<&str> = loaded.iter().map(|r| r.name.as_str()).collect();
     out!(

@@ -18,6 +18,37 @@ pub struct Target {
     pub operator_namespace: String,
     /// Roles in this namespace instead of a ClusterRole.
     pub namespace: Option<String>,
+    /// (group, resource, version) of watched kinds whose CRD has no status subresource:
+    /// ruleop writes their status through the object itself.
+    pub without_status_subresource: BTreeSet<(String, String, String)>,
+}
+
+/// (group, plural, version) of every CRD version among `crds` that serves no status
+/// subresource.
+pub fn without_status_subresource(crds: &[Value]) -> BTreeSet<(String, String, String)> {
+    crds.iter()
+        .filter(|c| c["kind"] == "CustomResourceDefinition")
+        .flat_map(|c| {
+            let group = c["spec"]["group"].as_str().unwrap_or_default().to_string();
+            let plural = c["spec"]["names"]["plural"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            c["spec"]["versions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|v| v.pointer("/subresources/status").is_none())
+                .filter_map(move |v| {
+                    Some((
+                        group.clone(),
+                        plural.clone(),
+                        v["name"].as_str()?.to_string(),
+                    ))
+                })
+        })
+        .collect()
 }
 
 const READ: &[&str] = &["get", "list", "watch"];
@@ -54,7 +85,10 @@ pub fn plural_of(kind: &str) -> String {
 }
 
 /// (group, resource) → verbs.
-fn permissions(rules: &[Arc<CompiledRule>]) -> BTreeMap<(String, String), BTreeSet<&'static str>> {
+fn permissions(
+    rules: &[Arc<CompiledRule>],
+    t: &Target,
+) -> BTreeMap<(String, String), BTreeSet<&'static str>> {
     let mut p: BTreeMap<(String, String), BTreeSet<&'static str>> = BTreeMap::new();
     let mut add = |g: &str, r: String, verbs: &[&'static str]| {
         p.entry((g.to_string(), r))
@@ -63,6 +97,14 @@ fn permissions(rules: &[Arc<CompiledRule>]) -> BTreeMap<(String, String), BTreeS
     };
     for rule in rules {
         add(&rule.watch.group, rule.watch.resource.clone(), READ);
+        let w = &rule.watch;
+        if t.without_status_subresource.contains(&(
+            w.group.clone(),
+            w.resource.clone(),
+            w.version.clone(),
+        )) {
+            add(&w.group, w.resource.clone(), STATUS);
+        }
         add(
             &rule.watch.group,
             format!("{}/status", rule.watch.resource),
@@ -99,7 +141,7 @@ fn policy_rules(perms: &BTreeMap<(String, String), BTreeSet<&'static str>>) -> V
 /// The RBAC objects, in apply order.
 pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
     let subject = json!([{"kind": "ServiceAccount", "name": t.service_account, "namespace": t.operator_namespace}]);
-    let rules_json = policy_rules(&permissions(rules));
+    let rules_json = policy_rules(&permissions(rules, t));
     let mut out = Vec::new();
     match &t.namespace {
         None => {
@@ -158,6 +200,7 @@ mod tests {
             service_account: "ruleop".into(),
             operator_namespace: "ruleop-system".into(),
             namespace: None,
+            without_status_subresource: BTreeSet::new(),
         };
         let m = manifests(&rules, &t);
         let role = &m[0]["rules"];
@@ -168,14 +211,14 @@ mod tests {
                     && x["verbs"].as_array().unwrap().iter().any(|y| y == v)
             })
         };
-        assert!(has("example.com", "websites", "watch"));
+        assert!(has("sre.example.com", "websites", "watch"));
         assert!(
-            !has("example.com", "websites", "update"),
+            !has("sre.example.com", "websites", "update"),
             "the custom resource itself is read-only"
         );
-        assert!(has("example.com", "websites/status", "patch"));
+        assert!(has("sre.example.com", "websites/status", "patch"));
         assert!(
-            has("example.com", "websites/finalizers", "update"),
+            has("sre.example.com", "websites/finalizers", "update"),
             "blockOwnerDeletion under OwnerReferencesPermissionEnforcement"
         );
         assert!(has("apps", "deployments", "delete"));
@@ -189,5 +232,33 @@ mod tests {
             m[2]["kind"], "Role",
             "the Lease is only in the operator's namespace"
         );
+    }
+
+    #[test]
+    fn a_kind_without_a_status_subresource_gets_patch_on_the_resource_itself() {
+        let (rules, _) = crate::rules::load_str(
+            include_str!("../rules/myapp.yaml"),
+            std::path::Path::new("m.yaml"),
+        );
+        let crd: Value =
+            serde_yaml::from_str(include_str!("../tests/fixtures/origin/myapp-crd.yaml")).unwrap();
+        let t = Target {
+            name: "ruleop".into(),
+            service_account: "ruleop".into(),
+            operator_namespace: "ruleop-system".into(),
+            namespace: None,
+            without_status_subresource: without_status_subresource(&[crd]),
+        };
+        let role = manifests(&rules, &t)[0]["rules"].clone();
+        let patch_myapps = role.as_array().unwrap().iter().any(|x| {
+            x["apiGroups"][0] == "myscheme.example.com"
+                && x["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|y| y == "myapps")
+                && x["verbs"].as_array().unwrap().iter().any(|y| y == "patch")
+        });
+        assert!(patch_myapps, "{role}");
     }
 }

@@ -17,7 +17,7 @@ static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 fn websites(ns: &str, names: impl Iterator<Item = String>, image: &str) -> String {
     names
         .map(|n| {
-            let doc = json!({"apiVersion": "example.com/v1", "kind": "WebSite", "metadata": {"name": n, "namespace": ns}, "spec": {"image": image, "replicas": 1}});
+            let doc = json!({"apiVersion": "sre.example.com/v1alpha1", "kind": "WebSite", "metadata": {"name": n, "namespace": ns}, "spec": {"image": image, "replicas": 1}});
             format!("---\n{}", serde_yaml::to_string(&doc).unwrap())
         })
         .collect::<String>()
@@ -298,7 +298,7 @@ async fn etcd_and_the_api_server_restarted_with_compaction_then_relist_and_no_le
 #[tokio::test]
 async fn sigkill_at_random_points_twenty_times_then_everything_converges_exactly() {
     let client = common::client().await;
-    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "fault-kill").await;
     let kc = std::env::var("KUBECONFIG").unwrap_or_else(|_| {
         concat!(env!("CARGO_MANIFEST_DIR"), "/target/cluster/kubeconfig").to_string()
@@ -339,7 +339,7 @@ async fn sigkill_at_random_points_twenty_times_then_everything_converges_exactly
 #[tokio::test]
 async fn another_field_manager_is_left_alone_and_nothing_flaps() {
     let client = common::client().await;
-    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "fault-manager").await;
     let op = Operator::start(&ns, &["rules/website.yaml"], &[]);
     let addr = op.admin_addr().await;
@@ -509,7 +509,7 @@ async fn a_resource_that_keeps_failing_backs_off_and_does_not_delay_the_others()
 #[tokio::test]
 async fn a_minute_of_steady_state_brings_no_writes_and_bounded_reconciles() {
     let client = common::client().await;
-    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "fault-steady").await;
     let kc = std::env::var("KUBECONFIG").unwrap_or_else(|_| {
         concat!(env!("CARGO_MANIFEST_DIR"), "/target/cluster/kubeconfig").to_string()
@@ -572,7 +572,7 @@ async fn a_minute_of_steady_state_brings_no_writes_and_bounded_reconciles() {
 #[tokio::test]
 async fn a_watch_that_goes_silent_is_noticed_and_re_established() {
     let client = common::client().await;
-    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "fault-silent").await;
     let kc_path = std::env::var("KUBECONFIG").unwrap_or_else(|_| {
         concat!(env!("CARGO_MANIFEST_DIR"), "/target/cluster/kubeconfig").to_string()

@@ -62,7 +62,7 @@ fn holder(c: &Cluster, ns: &str) -> Option<String> {
 
 fn website(ns: &str, name: &str, replicas: u32) -> String {
     format!(
-        "apiVersion: example.com/v1\nkind: WebSite\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{image: \"nginx:1.27\", replicas: {replicas}}}\n"
+        "apiVersion: sre.example.com/v1alpha1\nkind: WebSite\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{image: \"nginx:1.27\", replicas: {replicas}}}\n"
     )
 }
 
@@ -85,7 +85,7 @@ async fn a_leader_cut_off_stops_writing_at_its_renew_deadline_and_the_standby_ta
             "-f",
             concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/deploy/crds/websites.example.com.yaml"
+                "/deploy/crds/websites.sre.example.com.yaml"
             ),
         ],
         None,
@@ -94,7 +94,7 @@ async fn a_leader_cut_off_stops_writing_at_its_renew_deadline_and_the_standby_ta
         &[
             "wait",
             "--for=condition=Established",
-            "crd/websites.example.com",
+            "crd/websites.sre.example.com",
             "--timeout=60s",
         ],
         None,

@@ -33,7 +33,7 @@ fn rv(v: &Value) -> String {
 #[tokio::test]
 async fn a_website_gets_its_children_status_scale_and_cleanup() {
     let client = common::client().await;
-    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "e2e-website").await;
     let op = Operator::start(&ns, &["rules/website.yaml"], &[]);
     kubectl_ok(
@@ -192,7 +192,7 @@ async fn a_website_gets_its_children_status_scale_and_cleanup() {
 #[tokio::test]
 async fn a_myapp_gets_its_deployment_and_replicas_status() {
     let client = common::client().await;
-    install_crds(&["deploy/crds/myapps.example.com.yaml"]);
+    install_crds(&["deploy/crds/myapps.myscheme.example.com.yaml"]);
     let ns = common::namespace(&client, "e2e-myapp").await;
     let _op = Operator::start(&ns, &["rules/myapp.yaml"], &[]);
     kubectl_ok(
@@ -267,12 +267,12 @@ async fn a_third_kind_from_a_test_fixture_works_with_the_same_binary() {
 #[tokio::test]
 async fn a_newline_and_a_kind_in_the_image_stay_inside_the_image_string() {
     let client = common::client().await;
-    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "e2e-inject").await;
     let roles_before = kubectl_ok(&["get", "clusterroles", "-o", "name"], None);
     let _op = Operator::start(&ns, &["rules/website.yaml"], &[]);
     let image = "nginx\nkind: ClusterRole\nmetadata:\n  name: pwned";
-    let cr = json!({"apiVersion": "example.com/v1", "kind": "WebSite", "metadata": {"name": "inj", "namespace": ns}, "spec": {"image": image}});
+    let cr = json!({"apiVersion": "sre.example.com/v1alpha1", "kind": "WebSite", "metadata": {"name": "inj", "namespace": ns}, "spec": {"image": image}});
     kubectl_ok(&["apply", "-f", "-"], Some(&cr.to_string()));
     // The API server refuses an image with a newline: the refusal is on the WebSite.
     let w = wait_json("website", &ns, "inj", "Synced condition", |w| {

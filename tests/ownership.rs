@@ -27,7 +27,7 @@ fn uid(v: &Value) -> String {
 
 fn website(ns: &str, name: &str) -> String {
     format!(
-        "apiVersion: example.com/v1\nkind: WebSite\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{image: \"nginx:1.27\", replicas: 1}}\n"
+        "apiVersion: sre.example.com/v1alpha1\nkind: WebSite\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{image: \"nginx:1.27\", replicas: 1}}\n"
     )
 }
 
@@ -65,7 +65,7 @@ fn warning_events(ns: &str, reason: &str) -> usize {
 async fn objects_of_others_are_left_byte_for_byte_and_the_resource_says_not_owned() {
     let client = common::client().await;
     install_crds(&[
-        "deploy/crds/websites.example.com.yaml",
+        "deploy/crds/websites.sre.example.com.yaml",
         "tests/fixtures/cache/crd.yaml",
     ]);
     let ns = common::namespace(&client, "own-others").await;
@@ -360,7 +360,7 @@ fn typed_children(ns: &str, name: &str, owner_uid: &str) -> String {
     let selector =
         format!("{{app.kubernetes.io/name: website, app.kubernetes.io/instance: {name}}}");
     let owner = format!(
-        "[{{apiVersion: example.com/v1, kind: WebSite, name: {name}, uid: {owner_uid}, controller: true, blockOwnerDeletion: true}}]"
+        "[{{apiVersion: sre.example.com/v1alpha1, kind: WebSite, name: {name}, uid: {owner_uid}, controller: true, blockOwnerDeletion: true}}]"
     );
     format!(
         r#"apiVersion: apps/v1
@@ -408,7 +408,7 @@ fn replica_sets(ns: &str) -> Vec<String> {
 #[tokio::test]
 async fn children_of_a_typed_operator_are_adopted_with_nothing_recreated() {
     let client = common::client().await;
-    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "own-adopt").await;
     kubectl_ok(&["apply", "-f", "-"], Some(&website(&ns, "typed")));
     let cr = get_json("website", &ns, "typed").unwrap();
@@ -469,7 +469,9 @@ async fn children_of_a_typed_operator_are_adopted_with_nothing_recreated() {
         None,
     );
     assert!(
-        !managers.split_whitespace().any(|m| m.starts_with("manager/")),
+        !managers
+            .split_whitespace()
+            .any(|m| m.starts_with("manager/")),
         "{managers}"
     );
 
@@ -494,7 +496,7 @@ async fn children_of_a_typed_operator_are_adopted_with_nothing_recreated() {
 #[tokio::test]
 async fn an_adoption_policy_of_never_leaves_even_the_resources_own_object_alone() {
     let client = common::client().await;
-    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "own-never").await;
     kubectl_ok(&["apply", "-f", "-"], Some(&website(&ns, "kept")));
     let cr = get_json("website", &ns, "kept").unwrap();

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 const T: Duration = Duration::from_secs(60);
 
 fn website(ns: &str, name: &str) -> String {
-    json!({"apiVersion": "example.com/v1", "kind": "WebSite", "metadata": {"name": name, "namespace": ns}, "spec": {"image": "nginx:1.27", "replicas": 1}}).to_string()
+    json!({"apiVersion": "sre.example.com/v1alpha1", "kind": "WebSite", "metadata": {"name": name, "namespace": ns}, "spec": {"image": "nginx:1.27", "replicas": 1}}).to_string()
 }
 
 /// The shipped WebSite rule with one more label on the Deployment.
@@ -38,7 +38,7 @@ fn metric(text: &str, name: &str) -> Option<f64> {
 #[tokio::test]
 async fn rule_edits_apply_without_a_restart_and_a_broken_edit_keeps_the_last_good_rule() {
     let client = common::client().await;
-    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "prod-reload").await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("website.yaml");
@@ -143,7 +143,7 @@ async fn rule_edits_apply_without_a_restart_and_a_broken_edit_keeps_the_last_goo
     assert!(op.running() && op.pid() == pid, "still no restart");
 
     // A new rules file starts a new rule; deleting it stops the rule and leaves its children.
-    install_crds(&["deploy/crds/myapps.example.com.yaml"]);
+    install_crds(&["deploy/crds/myapps.myscheme.example.com.yaml"]);
     let myapp = dir.path().join("myapp.yaml");
     std::fs::copy(
         concat!(env!("CARGO_MANIFEST_DIR"), "/rules/myapp.yaml"),
@@ -151,7 +151,7 @@ async fn rule_edits_apply_without_a_restart_and_a_broken_edit_keeps_the_last_goo
     )
     .unwrap();
     let app = |name: &str| {
-        json!({"apiVersion": "example.com/v1", "kind": "MyApp", "metadata": {"name": name, "namespace": ns}, "spec": {"image": "nginx"}}).to_string()
+        json!({"apiVersion": "myscheme.example.com/v1", "kind": "MyApp", "metadata": {"name": name, "namespace": ns}, "spec": {"image": "nginx"}}).to_string()
     };
     kubectl_ok(&["apply", "-f", "-"], Some(&app("kept")));
     wait_json("deployment", &ns, "kept", "made by the new rule", |_| true).await;
@@ -188,7 +188,7 @@ async fn rule_edits_apply_without_a_restart_and_a_broken_edit_keeps_the_last_goo
 #[tokio::test]
 async fn admin_endpoints_answer_and_events_show_in_describe() {
     let client = common::client().await;
-    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "prod-admin").await;
     let op = Operator::start(&ns, &["rules/website.yaml"], &[]);
     let addr = op.admin_addr().await;
@@ -252,7 +252,7 @@ fn lease_holder(ns: &str, name: &str) -> Option<String> {
 #[tokio::test]
 async fn only_the_leader_writes_and_a_standby_takes_over_after_a_kill() {
     let client = common::client().await;
-    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "prod-leader").await;
     let args = |id: &'static str| {
         vec![
@@ -327,7 +327,7 @@ async fn only_the_leader_writes_and_a_standby_takes_over_after_a_kill() {
 #[tokio::test]
 async fn sigterm_releases_the_lease_and_the_standby_takes_over_within_its_duration() {
     let client = common::client().await;
-    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "prod-term").await;
     let a = [
         "--leader-elect",
@@ -401,7 +401,7 @@ async fn sigterm_releases_the_lease_and_the_standby_takes_over_within_its_durati
 #[tokio::test]
 async fn graceful_shutdown_without_leader_election() {
     let client = common::client().await;
-    install_crds(&["deploy/crds/websites.example.com.yaml"]);
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "prod-shutdown").await;
     let mut op = Operator::start(&ns, &["rules/website.yaml"], &[]);
     op.admin_addr().await;
@@ -418,8 +418,8 @@ async fn graceful_shutdown_without_leader_election() {
 async fn the_generated_rbac_is_enough_and_a_kind_outside_it_is_refused_on_the_resource() {
     let client = common::client().await;
     install_crds(&[
-        "deploy/crds/websites.example.com.yaml",
-        "deploy/crds/myapps.example.com.yaml",
+        "deploy/crds/websites.sre.example.com.yaml",
+        "deploy/crds/myapps.myscheme.example.com.yaml",
     ]);
     let ns = common::namespace(&client, "prod-rbac").await;
     let op_ns = common::namespace(&client, "prod-rbac-op").await;
@@ -520,7 +520,7 @@ async fn the_generated_rbac_is_enough_and_a_kind_outside_it_is_refused_on_the_re
         &lease_ns,
         &[("KUBECONFIG", &kc)],
     );
-    let cr = json!({"apiVersion": "example.com/v1", "kind": "MyApp", "metadata": {"name": "needs-cm", "namespace": ns}, "spec": {"image": "nginx"}});
+    let cr = json!({"apiVersion": "myscheme.example.com/v1", "kind": "MyApp", "metadata": {"name": "needs-cm", "namespace": ns}, "spec": {"image": "nginx"}});
     kubectl_ok(&["apply", "-f", "-"], Some(&cr.to_string()));
     let m = wait_json("myapp", &ns, "needs-cm", "Synced False", |m| {
         condition(m, "Synced").is_some_and(|c| c["status"] == "False")
@@ -645,10 +645,11 @@ fn the_shipped_rbac_and_rules_configmap_are_generated_from_the_shipped_rules() {
 }
 
 #[tokio::test]
-async fn deploy_is_accepted_by_the_api_server() {
+async fn deploy_applies_cleanly_and_the_operators_pods_are_scheduled() {
     let _ = common::client().await;
     let root = env!("CARGO_MANIFEST_DIR");
-    // A server-side dry run needs the namespace to exist; everything else is only checked.
+    let deploy = format!("{root}/deploy/");
+    // Checked strictly by the server first, then applied for real.
     kubectl_ok(
         &["apply", "-f", &format!("{root}/deploy/namespace.yaml")],
         None,
@@ -657,7 +658,7 @@ async fn deploy_is_accepted_by_the_api_server() {
         &[
             "apply",
             "-k",
-            &format!("{root}/deploy/"),
+            &deploy,
             "--dry-run=server",
             "--validate=strict",
         ],
@@ -673,4 +674,39 @@ async fn deploy_is_accepted_by_the_api_server() {
     ] {
         assert!(out.contains(kind), "{kind} missing from:\n{out}");
     }
+    kubectl_ok(
+        &["apply", "-k", &deploy, "--server-side", "--force-conflicts"],
+        None,
+    );
+    // The pods are scheduled (and, on this control plane, kwok runs them).
+    eventually(
+        Duration::from_secs(90),
+        "the operator's pods scheduled",
+        || async {
+            let out = kubectl_ok(
+                &[
+                    "get",
+                    "pods",
+                    "-n",
+                    "ruleop-system",
+                    "-o",
+                    "jsonpath={range .items[*]}{.spec.nodeName} {end}",
+                ],
+                None,
+            );
+            (out.split_whitespace().filter(|n| !n.is_empty()).count() == 2).then_some(())
+        },
+    )
+    .await;
+    kubectl_ok(
+        &[
+            "delete",
+            "deployment",
+            "ruleop",
+            "-n",
+            "ruleop-system",
+            "--wait=false",
+        ],
+        None,
+    );
 }

@@ -76,7 +76,7 @@ func (in *WebSiteList) DeepCopyObject() runtime.Object {
 	return &out
 }
 
-var gv = schema.GroupVersion{Group: "example.com", Version: "v1"}
+var gv = schema.GroupVersion{Group: "sre.example.com", Version: "v1alpha1"}
 
 type WebSiteReconciler struct {
 	client.Client
@@ -109,7 +109,7 @@ func (r *WebSiteReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		svcType = corev1.ServiceTypeClusterIP
 	}
 	name := site.Name + "-web"
-	sel := map[string]string{"app.kubernetes.io/name": "website", "app.kubernetes.io/instance": site.Name}
+	sel := labels(site.Name)
 
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: site.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, dep, func() error {
@@ -120,7 +120,7 @@ func (r *WebSiteReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		dep.Spec.Template.Spec.Containers = []corev1.Container{{
 			Name:  "web",
 			Image: site.Spec.Image,
-			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: port, Protocol: corev1.ProtocolTCP}},
+			Ports: []corev1.ContainerPort{{ContainerPort: port, Protocol: corev1.ProtocolTCP}},
 			Resources: corev1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
 				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("256Mi")},

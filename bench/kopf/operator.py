@@ -54,9 +54,9 @@ def create_or_patch(create, patch, namespace, obj):
         patch(obj["metadata"]["name"], namespace, obj)
 
 
-@kopf.on.create("example.com", "v1", "websites")
-@kopf.on.update("example.com", "v1", "websites")
-@kopf.on.resume("example.com", "v1", "websites")
+@kopf.on.create("sre.example.com", "v1alpha1", "websites")
+@kopf.on.update("sre.example.com", "v1alpha1", "websites")
+@kopf.on.resume("sre.example.com", "v1alpha1", "websites")
 def reconcile(spec, name, namespace, body, meta, patch, **_):
     dep, svc, port = children(name, namespace, spec)
     kopf.adopt([dep, svc], owner=body)

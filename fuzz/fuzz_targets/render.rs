@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
         }
     };
     let cr = json!({
-        "apiVersion": "example.com/v1", "kind": "WebSite",
+        "apiVersion": "sre.example.com/v1alpha1", "kind": "WebSite",
         "metadata": {"name": "fuzz", "namespace": "ns", "uid": "u"},
         "spec": spec,
     });

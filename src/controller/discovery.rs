@@ -11,6 +11,9 @@ use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 pub struct Resolved {
     pub resource: ApiResource,
     pub namespaced: bool,
+    /// Whether the kind serves a `status` subresource (else status is written through
+    /// the object itself).
+    pub status_subresource: bool,
 }
 
 impl Resolved {
@@ -18,6 +21,7 @@ impl Resolved {
         Resolved {
             resource,
             namespaced: matches!(caps.scope, Scope::Namespaced),
+            status_subresource: caps.subresources.iter().any(|(s, _)| s.plural == "status"),
         }
     }
 }

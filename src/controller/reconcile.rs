@@ -58,6 +58,8 @@ pub struct Ctx {
     pub events: super::EventLevel,
     /// Asked before every write: false once this replica may no longer write.
     pub fence: Arc<Fence>,
+    /// The status fields the kind's schema drops, learned from our writes.
+    pub status_schema: crate::status::StatusSchema,
     /// True once every watch of the rule has listed; until then (or [`SYNC_WAIT`] after
     /// `started`, for a watch that cannot list) a missing child may only be missing from
     /// the cache, and reconciles wait.
@@ -389,7 +391,12 @@ fn desired_status(
                 .map(|(k, v)| (k.clone(), v.clone())),
         );
     }
-    let generation = cr.metadata.generation;
+    // Without a status subresource every status write moves the generation: a status
+    // that records it would chase it forever.
+    let generation = cr
+        .metadata
+        .generation
+        .filter(|_| ctx.parent.status_subresource);
     let (ready, ready_reason, ready_message) = match (sync, &report) {
         (Sync::Failed(p), _) => (false, "SyncFailed", p.message.clone()),
         (Sync::Ok, Some(r)) if r.ready && r.problems.is_empty() => {
@@ -469,7 +476,8 @@ async fn write_status(
         .filter(|(rv, _)| apply::not_newer(&live_rv, rv))
         .map(|(_, status)| status);
     let current = ours.as_ref().or(cr_json.get("status"));
-    let status = desired_status(ctx, cr, cr_json, scope, current, observed, sync);
+    let mut status = desired_status(ctx, cr, cr_json, scope, current, observed, sync);
+    ctx.status_schema.strip(&mut status);
     if current == Some(&status) {
         return Ok(());
     }
@@ -478,17 +486,24 @@ async fn write_status(
     }
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.parent.resource);
-    let body = json!({"apiVersion": key.api_version, "kind": key.kind, "status": status});
-    let written = api
-        .patch_status(
-            &key.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .map_err(ReconcileError::Status)?;
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let written = if ctx.parent.status_subresource {
+        let body = json!({"apiVersion": key.api_version, "kind": key.kind, "status": status});
+        api.patch_status(&key.name, &params, &Patch::Apply(&body))
+            .await
+    } else {
+        // No status subresource: the status is a field of the object itself.
+        let body = json!({"apiVersion": key.api_version, "kind": key.kind,
+            "metadata": {"name": key.name}, "status": status});
+        api.patch(&key.name, &params, &Patch::Apply(&body)).await
+    }
+    .map_err(ReconcileError::Status)?;
     ctx.metrics.write(&ctx.rule.name, "status");
     tracing::debug!(rule = %ctx.rule.name, object = %key.name, namespace = %key.namespace, "status written");
+    let kept = written.data.get("status").cloned().unwrap_or(Value::Null);
+    if ctx.status_schema.learn(&status, &kept) {
+        ctx.status_schema.strip(&mut status);
+    }
     ctx.status_memo.put(
         key,
         (written.resource_version().unwrap_or_default(), status),

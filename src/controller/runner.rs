@@ -426,6 +426,7 @@ async fn run(
         fence: opts.fence.clone(),
         synced: synced.clone(),
         started: std::time::Instant::now(),
+        status_schema: Default::default(),
     });
 
     tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, "rule started");

@@ -5,7 +5,7 @@ use crate::rules::testing::{rule, website};
 use serde_json::json;
 
 fn website_cr(spec: Value) -> Value {
-    json!({"apiVersion": "example.com/v1", "kind": "WebSite", "metadata": {"name": "my-blog", "namespace": "team-a", "uid": "u-1"}, "spec": spec})
+    json!({"apiVersion": "sre.example.com/v1alpha1", "kind": "WebSite", "metadata": {"name": "my-blog", "namespace": "team-a", "uid": "u-1"}, "spec": spec})
 }
 
 #[test]
@@ -27,8 +27,12 @@ fn website_renders_the_original_deployment_and_service() {
     );
     assert_eq!(
         d["metadata"]["labels"]["app.kubernetes.io/managed-by"],
-        "ruleop"
+        "website-operator"
     );
+    // The origin's selector: all three labels, on the pod template and the Service too.
+    let origin = json!({"app.kubernetes.io/name": "website", "app.kubernetes.io/instance": "my-blog", "app.kubernetes.io/managed-by": "website-operator"});
+    assert_eq!(d["spec"]["selector"]["matchLabels"], origin);
+    assert_eq!(d["spec"]["template"]["metadata"]["labels"], origin);
     assert_eq!(
         d["spec"]["replicas"],
         json!(3),
@@ -38,9 +42,9 @@ fn website_renders_the_original_deployment_and_service() {
     assert_eq!(c["name"], "web");
     assert_eq!(c["image"], "nginx:1.27");
     assert_eq!(
-        c["ports"][0]["containerPort"],
-        json!(80),
-        "port defaults to 80"
+        c["ports"][0],
+        json!({"containerPort": 80, "protocol": "TCP"}),
+        "port defaults to 80; the origin's container port has no name"
     );
     assert_eq!(
         c["resources"],
@@ -48,7 +52,7 @@ fn website_renders_the_original_deployment_and_service() {
     );
     assert_eq!(
         d["metadata"]["ownerReferences"][0],
-        json!({"apiVersion": "example.com/v1", "kind": "WebSite", "name": "my-blog", "uid": "u-1", "controller": true, "blockOwnerDeletion": true})
+        json!({"apiVersion": "sre.example.com/v1alpha1", "kind": "WebSite", "name": "my-blog", "uid": "u-1", "controller": true, "blockOwnerDeletion": true})
     );
     let s = &out[1].object;
     assert_eq!(s["kind"], "Service");
@@ -59,7 +63,11 @@ fn website_renders_the_original_deployment_and_service() {
     );
     assert_eq!(s["spec"]["ports"][0]["port"], json!(80));
     assert_eq!(s["spec"]["ports"][0]["targetPort"], json!(80));
-    assert_eq!(s["spec"]["selector"], d["spec"]["selector"]["matchLabels"]);
+    assert_eq!(s["spec"]["selector"], origin);
+    assert_eq!(
+        s["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "website-operator"
+    );
 }
 
 #[test]
@@ -71,7 +79,7 @@ fn website_defaults_replicas_to_two() {
 #[test]
 fn myapp_renders_the_original_deployment() {
     let r = rule(include_str!("../../rules/myapp.yaml"));
-    let cr = json!({"apiVersion": "example.com/v1", "kind": "MyApp", "metadata": {"name": "shop", "namespace": "ns"}, "spec": {"image": "busybox", "replicas": 4}});
+    let cr = json!({"apiVersion": "myscheme.example.com/v1", "kind": "MyApp", "metadata": {"name": "shop", "namespace": "ns"}, "spec": {"image": "busybox", "replicas": 4}});
     let out = render(&r, &cr).unwrap();
     let d = &out[0].object;
     assert_eq!(d["metadata"]["name"], "shop");

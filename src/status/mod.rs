@@ -7,8 +7,10 @@
 //! other fields: each is reported, and the field takes its default or is left out.
 
 mod conditions;
+mod schema;
 
 pub use conditions::{Condition, merge_conditions};
+pub use schema::StatusSchema;
 
 use crate::render::Scope;
 use crate::rules::compile::jinja_reason;

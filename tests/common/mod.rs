@@ -394,7 +394,7 @@ impl Cluster {
                 "-f",
                 concat!(
                     env!("CARGO_MANIFEST_DIR"),
-                    "/deploy/crds/websites.example.com.yaml"
+                    "/deploy/crds/websites.sre.example.com.yaml"
                 ),
             ],
             None,
@@ -403,7 +403,7 @@ impl Cluster {
             &[
                 "wait",
                 "--for=condition=Established",
-                "crd/websites.example.com",
+                "crd/websites.sre.example.com",
                 "--timeout=60s",
             ],
             None,
