@@ -17,14 +17,15 @@ pub struct RuleLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub rule: String,
-    /// One of: render, apply_refused, cluster_scoped, apply_transient, status_write.
+    /// One of: render, apply_refused, forbidden, not_owned, cluster_scoped,
+    /// apply_transient, status_write, not_leader.
     pub category: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
     pub rule: String,
-    /// One of: create, update, prune, status.
+    /// One of: create, update, adopt, prune, status.
     pub action: &'static str,
 }
 
@@ -36,6 +37,7 @@ pub struct Metrics {
     pub reconcile_duration: Family<RuleLabels, Histogram>,
     pub writes: Family<WriteLabels, Counter>,
     pub events_dropped: Family<RuleLabels, Counter>,
+    pub retired_kinds_pending: Family<RuleLabels, Gauge>,
     pub rule_load_failures: Counter,
     pub rule_load_errors: Gauge,
     pub rules_running: Gauge,
@@ -52,6 +54,7 @@ impl Default for Metrics {
         });
         let writes = Family::<WriteLabels, Counter>::default();
         let events_dropped = Family::<RuleLabels, Counter>::default();
+        let retired_kinds_pending = Family::<RuleLabels, Gauge>::default();
         let rule_load_failures = Counter::default();
         let rule_load_errors = Gauge::default();
         let rules_running = Gauge::default();
@@ -71,6 +74,11 @@ impl Default for Metrics {
             "writes",
             "Writes to the API server, per rule and action",
             writes.clone(),
+        );
+        registry.register(
+            "retired_kinds_pending",
+            "Kinds a rule no longer makes whose children are not cleaned up yet",
+            retired_kinds_pending.clone(),
         );
         registry.register(
             "events_dropped",
@@ -104,6 +112,7 @@ impl Default for Metrics {
             reconcile_duration,
             writes,
             events_dropped,
+            retired_kinds_pending,
             rule_load_failures,
             rule_load_errors,
             rules_running,

@@ -355,10 +355,9 @@ async fn a_kind_removed_while_ruleop_was_stopped_is_cleaned_up_on_start_and_a_ve
 /// does not render.
 fn typed_children(ns: &str, name: &str, owner_uid: &str) -> String {
     let labels = format!(
-        "{{app.kubernetes.io/name: website, app.kubernetes.io/instance: {name}, app.kubernetes.io/managed-by: ruleop}}"
+        "{{app.kubernetes.io/name: website, app.kubernetes.io/instance: {name}, app.kubernetes.io/managed-by: website-operator}}"
     );
-    let selector =
-        format!("{{app.kubernetes.io/name: website, app.kubernetes.io/instance: {name}}}");
+    let selector = labels.clone();
     let owner = format!(
         "[{{apiVersion: sre.example.com/v1alpha1, kind: WebSite, name: {name}, uid: {owner_uid}, controller: true, blockOwnerDeletion: true}}]"
     );
@@ -380,7 +379,7 @@ spec:
       containers:
         - name: web
           image: "nginx:1.27"
-          ports: [{{name: http, containerPort: 80, protocol: TCP}}]
+          ports: [{{containerPort: 80, protocol: TCP}}]
           resources: {{requests: {{cpu: 100m, memory: 128Mi}}, limits: {{cpu: 500m, memory: 256Mi}}}}
 ---
 apiVersion: v1

@@ -288,6 +288,12 @@ async fn only_the_leader_writes_and_a_standby_takes_over_after_a_kill() {
     })
     .await;
     let wrote = |op: &Operator| op.records().iter().any(|r| r["message"] == "applied child");
+    // The Lease never changed hands so far (a change would mean the machine was too slow
+    // to renew within the renew deadline: then the fence, not this test, keeps the two
+    // apart).
+    let transitions =
+        get_json("lease", &ns, "ruleop-test").unwrap()["spec"]["leaseTransitions"].clone();
+    assert_eq!(transitions, 0, "leadership moved during the test");
     assert!(wrote(&ops[leader]), "the leader wrote");
     assert!(!wrote(&ops[standby]), "the standby wrote nothing");
     let standby_addr = ops[standby].admin_addr().await;

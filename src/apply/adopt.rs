@@ -4,23 +4,33 @@
 //! controller-runtime operator), and a field later removed from the template would stay
 //! on the child forever. Pure: the live object in, a JSON patch of its managedFields out.
 //!
-//! Which entries move: those on the main resource (not a subresource), other than
-//! ruleop's own `Apply` entry, that set the object's content (a field outside `metadata`)
-//! or its ownerReferences: the operator that made it, or ruleop's own `POST` (an `Update`
-//! entry: a create cannot be an apply). Entries that own only annotations or labels (the
-//! Deployment controller's revision annotation) and status writers stay where they are.
+//! Which entries move, on the main resource only (never a subresource):
+//! - ruleop's own `Update` entry, made by its `POST` (a create cannot be an apply);
+//! - on adoption of an object controlled by the custom resource, the entry of the manager
+//!   that set that controller ownerReference (`f:ownerReferences` `k:{"uid":<resource>}`):
+//!   the operator that made the object for it.
+//!
+//! Nothing else: another manager's fields (`kubectl rollout restart`'s annotation in the
+//! pod template, an HPA's replicas, a team's label, the Deployment controller's revision
+//! annotation) stay theirs, and no apply of ruleop's removes them.
 
 use serde_json::{Map, Value, json};
 
 /// The JSON patch that moves the previous managers' fields into `manager`'s `Apply`
 /// entry, guarded by the object's resourceVersion; None when there is nothing to move.
-pub fn ownership_transfer(live: &Value, manager: &str, now: &str) -> Option<Value> {
+/// `controller_uid` is the custom resource whose previous operator's entry moves too.
+pub fn ownership_transfer(
+    live: &Value,
+    manager: &str,
+    controller_uid: Option<&str>,
+    now: &str,
+) -> Option<Value> {
     let entries = live.pointer("/metadata/managedFields")?.as_array()?;
     let rv = live.pointer("/metadata/resourceVersion")?.as_str()?;
     let api_version = live.get("apiVersion")?.as_str()?;
     let (moved, kept): (Vec<&Value>, Vec<&Value>) = entries
         .iter()
-        .partition(|e| is_previous_manager(e, manager));
+        .partition(|e| moves(e, manager, controller_uid));
     if moved.is_empty() {
         return None;
     }
@@ -62,20 +72,19 @@ fn is_our_apply(e: &Value, manager: &str) -> bool {
         && is_main_resource(e)
 }
 
-/// Another manager's entry on the main resource that set content or ownerReferences.
-fn is_previous_manager(e: &Value, manager: &str) -> bool {
+/// ruleop's own create entry, or the entry that set `controller_uid`'s ownerReference.
+fn moves(e: &Value, manager: &str, controller_uid: Option<&str>) -> bool {
     if is_our_apply(e, manager) || !is_main_resource(e) {
         return false;
     }
-    let Some(fields) = e.get("fieldsV1").and_then(Value::as_object) else {
-        return false;
-    };
-    let sets_content = fields.keys().any(|k| k != "f:metadata" && k != "f:status");
-    let sets_owner = fields
-        .get("f:metadata")
-        .and_then(|m| m.get("f:ownerReferences"))
-        .is_some();
-    sets_content || sets_owner
+    let ours = e.get("manager").and_then(Value::as_str) == Some(manager)
+        && e.get("operation").and_then(Value::as_str) == Some("Update");
+    let set_the_controller = controller_uid.is_some_and(|uid| {
+        e.pointer("/fieldsV1/f:metadata/f:ownerReferences")
+            .and_then(Value::as_object)
+            .is_some_and(|refs| refs.contains_key(&format!("k:{{\"uid\":\"{uid}\"}}")))
+    });
+    ours || set_the_controller
 }
 
 /// Union of two FieldsV1 trees (maps of field → subtree).
@@ -113,6 +122,8 @@ mod tests {
                      "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:annotations": {"f:deployment.kubernetes.io/revision": {}}}}},
                     {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "apps/v1", "subresource": "status",
                      "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:replicas": {}}}},
+                    {"manager": "kubectl-rollout", "operation": "Update", "apiVersion": "apps/v1",
+                     "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:template": {"f:metadata": {"f:annotations": {"f:kubectl.kubernetes.io/restartedAt": {}}}}}}},
                 ]
             }
         })
@@ -120,7 +131,8 @@ mod tests {
 
     #[test]
     fn the_previous_operators_fields_move_to_our_apply_entry_and_others_stay() {
-        let patch = ownership_transfer(&typed_operator_deployment(), "ruleop", "T").unwrap();
+        let patch =
+            ownership_transfer(&typed_operator_deployment(), "ruleop", Some("u1"), "T").unwrap();
         assert_eq!(
             patch[0],
             json!({"op": "test", "path": "/metadata/resourceVersion", "value": "42"})
@@ -140,10 +152,12 @@ mod tests {
             vec![
                 ("kube-controller-manager", "Update"),
                 ("kube-controller-manager", "Update"),
+                ("kubectl-rollout", "Update"),
                 ("ruleop", "Apply")
-            ]
+            ],
+            "a rollout restart's annotation stays kubectl's: no apply of ruleop's removes it"
         );
-        let ours = &entries[2]["fieldsV1"];
+        let ours = &entries[3]["fieldsV1"];
         assert!(ours.pointer("/f:spec/f:replicas").is_some());
         assert!(ours.pointer("/f:metadata/f:ownerReferences").is_some());
         assert!(
@@ -160,7 +174,7 @@ mod tests {
             .unwrap()
             .push(json!({"manager": "ruleop", "operation": "Apply", "apiVersion": "apps/v1",
                 "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {"f:ruleop.dev/rule": {}}}}}));
-        let patch = ownership_transfer(&live, "ruleop", "T").unwrap();
+        let patch = ownership_transfer(&live, "ruleop", Some("u1"), "T").unwrap();
         let entries = patch[1]["value"].as_array().unwrap();
         let ours: Vec<&Value> = entries
             .iter()
@@ -184,7 +198,7 @@ mod tests {
         let live = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "resourceVersion": "7",
             "managedFields": [{"manager": "ruleop", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
                 "fieldsV1": {"f:data": {"f:a": {}}, "f:metadata": {"f:ownerReferences": {}}}}]}});
-        let patch = ownership_transfer(&live, "ruleop", "T").unwrap();
+        let patch = ownership_transfer(&live, "ruleop", None, "T").unwrap();
         let entries = patch[1]["value"].as_array().unwrap();
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0]["operation"], "Apply");
@@ -194,10 +208,18 @@ mod tests {
     #[test]
     fn nothing_to_move_gives_no_patch() {
         let mut live = typed_operator_deployment();
+        assert!(
+            ownership_transfer(&live, "ruleop", Some("another"), "T").is_none(),
+            "the entry that set another resource's ownerReference is not moved"
+        );
+        assert!(
+            ownership_transfer(&live, "ruleop", None, "T").is_none(),
+            "an orphan's adoption moves nothing"
+        );
         live["metadata"]["managedFields"]
             .as_array_mut()
             .unwrap()
             .remove(0);
-        assert!(ownership_transfer(&live, "ruleop", "T").is_none());
+        assert!(ownership_transfer(&live, "ruleop", Some("u1"), "T").is_none());
     }
 }

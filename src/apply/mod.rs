@@ -9,10 +9,12 @@
 
 pub mod adopt;
 mod compare;
+mod fence;
 pub mod ownership;
 mod write;
 
 pub use compare::{is_subset, project};
+pub use fence::Fence;
 pub use ownership::{AdoptPolicy, Verdict, judge};
 pub use write::{
     Claim, Outcome, apply, create, has_create_entry, slim_managed_fields, write_child,

@@ -2,7 +2,7 @@
 //! apply only to the object judged ours (uid-guarded), adopt as the policy allows (moving
 //! the previous managers' fields first), and report anything else as not owned.
 
-use super::{AdoptPolicy, ApplyError, Refusal, Verdict, adopt, judge};
+use super::{AdoptPolicy, ApplyError, Fence, Refusal, Verdict, adopt, judge};
 use crate::render::{FIELD_MANAGER, Rendered};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::Value;
@@ -104,12 +104,24 @@ pub enum Outcome {
     },
 }
 
-/// Whose a child is: the custom resource's uid, the rule, and the child's policy.
+/// Whose a child is: the custom resource's uid, the rule, and the child's policy; and
+/// the fence every request asks first.
 #[derive(Debug, Clone, Copy)]
 pub struct Claim<'a> {
     pub cr_uid: &'a str,
     pub rule: &'a str,
     pub adopt: AdoptPolicy,
+    pub fence: &'a Fence,
+}
+
+impl Claim<'_> {
+    fn may_write(&self) -> Result<(), ApplyError> {
+        if self.fence.holds() {
+            Ok(())
+        } else {
+            Err(ApplyError::NotLeader)
+        }
+    }
 }
 
 /// Writes one child through the ownership model: an object ruleop owns is applied (to
@@ -125,6 +137,7 @@ pub async fn write_child(
     if let Some(live) = live {
         return write_existing(api, child, live, claim).await;
     }
+    claim.may_write()?;
     match create(api, child).await {
         Ok(obj) => Ok(Outcome::Created(obj)),
         Err(ApplyError::Exists { .. }) => {
@@ -154,29 +167,35 @@ async fn write_existing(
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    match judge(live, claim.cr_uid, claim.rule, claim.adopt) {
-        Verdict::NotOwned { controller } => Ok(Outcome::NotOwned { controller }),
-        Verdict::Owned if !has_create_entry(live) => {
-            apply(api, child, uid).await.map(Outcome::Updated)
-        }
-        Verdict::Owned => {
-            take_over_fields(api, child, uid).await?;
-            apply(api, child, uid).await.map(Outcome::Updated)
-        }
-        Verdict::Adopt { why } => {
-            take_over_fields(api, child, uid).await?;
-            let obj = apply(api, child, uid).await?;
-            Ok(Outcome::Adopted(obj, why))
-        }
+    let verdict = judge(live, claim.cr_uid, claim.rule, claim.adopt);
+    if let Verdict::NotOwned { controller } = verdict {
+        return Ok(Outcome::NotOwned { controller });
     }
+    if matches!(verdict, Verdict::Adopt { .. }) || has_create_entry(live) {
+        // The previous operator's fields (only when the object is controlled by this
+        // resource), and ruleop's own create's, become ruleop's applied fields.
+        let controlled = super::ownership::controller_ref(live)
+            .and_then(|r| r.get("uid"))
+            .and_then(Value::as_str)
+            == Some(claim.cr_uid);
+        take_over_fields(api, child, uid, controlled.then_some(claim.cr_uid), claim).await?;
+    }
+    claim.may_write()?;
+    let obj = apply(api, child, uid).await?;
+    Ok(match verdict {
+        Verdict::Adopt { why } => Outcome::Adopted(obj, why),
+        _ => Outcome::Updated(obj),
+    })
 }
 
-/// Moves the fields other managers (the previous operator, or ruleop's own create) set
-/// to ruleop's `Apply` entry, on the object with `uid` only.
+/// Moves the fields of ruleop's own create, and of the operator that made the object for
+/// `controller_uid`, to ruleop's `Apply` entry, on the object with `uid` only.
 async fn take_over_fields(
     api: &Api<DynamicObject>,
     child: &Rendered,
     uid: &str,
+    controller_uid: Option<&str>,
+    claim: Claim<'_>,
 ) -> Result<(), ApplyError> {
     // The cache strips managedFields: read the object whole before moving them.
     let fresh = get(api, child).await?;
@@ -189,7 +208,7 @@ async fn take_over_fields(
     let now = k8s_openapi::jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
-    let Some(patch) = adopt::ownership_transfer(&fresh, FIELD_MANAGER, &now) else {
+    let Some(patch) = adopt::ownership_transfer(&fresh, FIELD_MANAGER, controller_uid, &now) else {
         return Ok(());
     };
     let patch: json_patch::Patch =
@@ -201,12 +220,25 @@ async fn take_over_fields(
             message: e.to_string(),
             class: Refusal::Invalid,
         })?;
-    api.patch(
-        &child.name,
-        &PatchParams::default(),
-        &Patch::<()>::Json(patch),
-    )
-    .await
-    .map_err(|e| ApplyError::from_kube(&child.kind, &child.name, e))?;
-    Ok(())
+    claim.may_write()?;
+    match api
+        .patch(
+            &child.name,
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        // The resourceVersion `test` failed: the object moved since it was read (422 is
+        // how the API server says it). A race, not the user's mistake: retried.
+        Err(e @ kube::Error::Api(_)) if matches!(&e, kube::Error::Api(s) if s.code == 422) => {
+            Err(ApplyError::Transient {
+                kind: child.kind.clone(),
+                name: child.name.clone(),
+                source: e,
+            })
+        }
+        Err(e) => Err(ApplyError::from_kube(&child.kind, &child.name, e)),
+    }
 }

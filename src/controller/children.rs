@@ -95,6 +95,7 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, cr_uid: &str, children: &[Rende
             cr_uid,
             rule: &ctx.rule.name,
             adopt: ctx.rule.children[i].adopt,
+            fence: &ctx.fence,
         };
         // In our cache (it has the rule's label) yet someone else's: no request at all.
         if let Some(Verdict::NotOwned { controller }) = live
@@ -117,12 +118,9 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, cr_uid: &str, children: &[Rende
             }
         }
     }
-    let writes = pending.iter().map(|(c, _, live, api, claim)| async move {
-        if !ctx.fence.holds() {
-            return Err(ApplyError::NotLeader);
-        }
-        apply::write_child(api, c, live.as_ref(), *claim).await
-    });
+    let writes = pending
+        .iter()
+        .map(|(c, _, live, api, claim)| apply::write_child(api, c, live.as_ref(), *claim));
     let results = futures::future::join_all(writes).await;
     for ((c, key, live, _, _), result) in pending.into_iter().zip(results) {
         record(ctx, ns, c, key, live, result, &mut round);

@@ -147,8 +147,14 @@ impl Inventory {
 }
 
 /// Whether a listed object is this rule's child: its controller is a resource of the
-/// watched kind (a user object that only copies the rule's label is not).
-fn owned_by_rule(o: &DynamicObject, parent_group: &str, parent_kind: &str) -> bool {
+/// watched kind, one of `parents` (uids of the rule's resources) when given (a user
+/// object that only copies the rule's label is not).
+fn owned_by_rule(
+    o: &DynamicObject,
+    parent_group: &str,
+    parent_kind: &str,
+    parents: Option<&BTreeSet<String>>,
+) -> bool {
     let Ok(v) = serde_json::to_value(o) else {
         return false;
     };
@@ -157,7 +163,47 @@ fn owned_by_rule(o: &DynamicObject, parent_group: &str, parent_kind: &str) -> bo
             && r.get("apiVersion")
                 .and_then(|a| a.as_str())
                 .is_some_and(|a| group_of(a) == parent_group)
+            && parents.is_none_or(|p| {
+                r.get("uid")
+                    .and_then(|u| u.as_str())
+                    .is_some_and(|u| p.contains(u))
+            })
     })
+}
+
+/// The uids of the rule's custom resources, in scope.
+async fn parent_uids(
+    client: &Client,
+    rule: &CompiledRule,
+    namespace: Option<&str>,
+) -> Result<BTreeSet<String>, InventoryError> {
+    let w = &rule.watch;
+    let resolved = discovery::watched(client, w)
+        .await
+        .map_err(|e| InventoryError::Discovery {
+            kind: w.resource.clone(),
+            message: e.to_string(),
+        })?
+        .ok_or_else(|| InventoryError::Discovery {
+            kind: w.resource.clone(),
+            message: "not served".into(),
+        })?;
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resolved.resource),
+        None => Api::all_with(client.clone(), &resolved.resource),
+    };
+    let list = api
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(|e| InventoryError::Cleanup {
+            kind: w.resource.clone(),
+            message: e.to_string(),
+        })?;
+    Ok(list
+        .items
+        .iter()
+        .filter_map(|o| o.metadata.uid.clone())
+        .collect())
 }
 
 /// Deletes the children of `rule` of one retired kind (only those it owns).
@@ -201,11 +247,12 @@ pub async fn clean_up(
         .list(&ListParams::default().labels(&selector))
         .await
         .map_err(cleanup_err)?;
+    let parents = parent_uids(client, rule, namespace).await?;
     let mut deleted = 0;
     for o in list
         .items
         .iter()
-        .filter(|o| owned_by_rule(o, &rule.watch.group, parent_kind))
+        .filter(|o| owned_by_rule(o, &rule.watch.group, parent_kind, Some(&parents)))
     {
         if !fence.holds() {
             return Err(InventoryError::NotLeader);
@@ -225,28 +272,40 @@ pub async fn clean_up(
 }
 
 /// Cleans up the kinds `rule` no longer makes (recorded in the inventory, or `also`,
-/// from the rule's previous version in this process), then records what it makes now.
-/// Retried with backoff until it succeeds or the rule stops.
+/// from the rule's previous version in this process). The record first becomes what was
+/// recorded plus what the rule makes now (so a kind added now is known even while a
+/// cleanup is pending); each retired kind leaves it once its children are gone. Kinds
+/// whose cleanup fails (a 403: the RBAC of the new rules no longer covers the kind) are
+/// retried with backoff, counted in `ruleop_retired_kinds_pending`, until they succeed
+/// or the rule stops.
 pub async fn retire(
     inventory: Inventory,
     rule: std::sync::Arc<CompiledRule>,
     parent_kind: String,
     namespace: Option<String>,
     also: Vec<Made>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
 ) {
     let now = kinds_of(&rule);
     let key = key(&rule.name, namespace.as_deref());
+    let pending = metrics
+        .retired_kinds_pending
+        .get_or_create(&crate::metrics::RuleLabels {
+            rule: rule.name.clone(),
+        })
+        .clone();
     let mut attempt = 0;
     loop {
         let result = async {
-            let mut gone = retired(&inventory.recorded(&key).await?, &now);
-            for m in retired(&also.iter().cloned().collect(), &now) {
-                if !gone.contains(&m) {
-                    gone.push(m);
-                }
-            }
+            let mut record = inventory.recorded(&key).await?;
+            record.extend(also.iter().cloned());
+            let gone = retired(&record, &now);
+            record.extend(now.iter().cloned());
+            inventory.record(&key, &record).await?;
+            pending.set(gone.len() as i64);
+            let mut failed = None;
             for m in &gone {
-                let n = clean_up(
+                match clean_up(
                     &inventory.client,
                     &rule,
                     &parent_kind,
@@ -254,17 +313,28 @@ pub async fn retire(
                     namespace.as_deref(),
                     &inventory.fence,
                 )
-                .await?;
-                tracing::info!(kind = %m.kind, deleted = n, "kind retired from the rule: its children cleaned up");
+                .await
+                {
+                    Ok(n) => {
+                        tracing::info!(kind = %m.kind, deleted = n, "kind retired from the rule: its children cleaned up");
+                        record.remove(m);
+                        inventory.record(&key, &record).await?;
+                        pending.dec();
+                    }
+                    Err(e) => {
+                        tracing::warn!(kind = %m.kind, error = %e, "cleanup of a retired kind failed");
+                        failed = Some(e);
+                    }
+                }
             }
-            inventory.record(&key, &now).await
+            failed.map_or(Ok(()), Err)
         }
         .await;
         match result {
             Ok(()) => return,
             Err(e) => {
                 let delay = retry_delay(attempt);
-                tracing::warn!(error = %e, retry_in_s = delay.as_secs(), "cleanup of retired kinds failed; retrying");
+                tracing::warn!(error = %e, retry_in_s = delay.as_secs(), "cleanup of retired kinds pending; retrying");
                 tokio::time::sleep(delay).await;
                 attempt += 1;
             }
@@ -316,13 +386,20 @@ mod tests {
         let ours = obj(
             serde_json::json!([{"apiVersion": "example.com/v2", "kind": "WebSite", "name": "w", "uid": "u", "controller": true}]),
         );
-        assert!(owned_by_rule(&ours, "example.com", "WebSite"));
+        assert!(owned_by_rule(&ours, "example.com", "WebSite", None));
+        let uids: BTreeSet<String> = ["u".to_string()].into();
+        assert!(owned_by_rule(&ours, "example.com", "WebSite", Some(&uids)));
+        let others: BTreeSet<String> = ["v".to_string()].into();
+        assert!(
+            !owned_by_rule(&ours, "example.com", "WebSite", Some(&others)),
+            "controlled by no resource of the rule"
+        );
         let users = obj(serde_json::json!([]));
-        assert!(!owned_by_rule(&users, "example.com", "WebSite"));
+        assert!(!owned_by_rule(&users, "example.com", "WebSite", None));
         let other = obj(
             serde_json::json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "u", "controller": true}]),
         );
-        assert!(!owned_by_rule(&other, "example.com", "WebSite"));
+        assert!(!owned_by_rule(&other, "example.com", "WebSite", None));
     }
 
     #[test]

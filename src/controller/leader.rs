@@ -9,11 +9,12 @@
 //! never write at once, whatever the network does: `duration - renew_deadline` apart at
 //! least (minus the clocks' drift over that time, not their offset).
 
+pub use crate::apply::Fence;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, PostParams};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -39,7 +40,9 @@ pub enum LeaseError {
         "the renew deadline ({renew:?}) must be shorter than the lease duration ({duration:?}), or two replicas could write at once"
     )]
     DeadlineNotShorter { renew: Duration, duration: Duration },
-    #[error("the retry period ({retry:?}) must be shorter than the renew deadline ({renew:?})")]
+    #[error(
+        "the retry period ({retry:?}) must be above zero and shorter than the renew deadline ({renew:?})"
+    )]
     RetryNotShorter { retry: Duration, renew: Duration },
 }
 
@@ -62,47 +65,13 @@ impl LeaseConfig {
                 duration: self.duration,
             });
         }
-        if self.retry >= self.renew_deadline {
+        if self.retry.is_zero() || self.retry >= self.renew_deadline {
             return Err(LeaseError::RetryNotShorter {
                 retry: self.retry,
                 renew: self.renew_deadline,
             });
         }
         Ok(())
-    }
-}
-
-/// Whether this replica may write now. Without leader election it always may.
-#[derive(Debug, Default)]
-pub struct Fence {
-    elected: bool,
-    valid_until: Mutex<Option<Instant>>,
-}
-
-impl Fence {
-    /// A fence that always holds (no leader election).
-    pub fn open() -> Arc<Fence> {
-        Arc::new(Fence::default())
-    }
-
-    fn elected() -> Arc<Fence> {
-        Arc::new(Fence {
-            elected: true,
-            valid_until: Mutex::new(None),
-        })
-    }
-
-    /// True while this replica may write.
-    pub fn holds(&self) -> bool {
-        !self.elected || self.until().is_some_and(|t| Instant::now() < t)
-    }
-
-    fn until(&self) -> Option<Instant> {
-        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn set(&self, until: Option<Instant>) {
-        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner()) = until;
     }
 }
 

@@ -194,7 +194,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     tracing::info!(%addr, "admin server listening");
 
     let lease = args.leader_elect.then(|| {
-        let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
+        // Out-of-range values (negative, infinite) become 0 and are refused by `check`.
+        let secs = |s: f64| Duration::try_from_secs_f64(s).unwrap_or(Duration::ZERO);
         let (duration, renew_deadline, retry) = LeaseConfig::timing(
             Duration::from_secs(args.lease_duration),
             args.renew_deadline.map(secs),

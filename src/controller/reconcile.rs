@@ -194,6 +194,17 @@ pub fn error_policy(cr: Arc<DynamicObject>, err: &ReconcileError, ctx: Arc<Ctx>)
     Action::requeue(delay)
 }
 
+/// After this many consecutive passing faults, `Synced=False` reason `Retrying` says so.
+const SAY_RETRYING_AFTER: u32 = 4;
+
+/// The consecutive failures of `cr` so far.
+fn failures_of(ctx: &Ctx, cr: &DynamicObject) -> u32 {
+    ctx.failures
+        .lock()
+        .map(|f| f.get(&key_of(cr)).copied().unwrap_or(0))
+        .unwrap_or(0)
+}
+
 /// Counts one more failure of `cr` and gives its backoff.
 fn retry_later(ctx: &Ctx, cr: &DynamicObject) -> Duration {
     let mut f = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
@@ -246,11 +257,23 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
         },
     };
     if let Some(e) = round.transient {
-        // A passing fault: retried with backoff; the status waits for a round that knows.
-        return Err(match e {
-            ApplyError::NotLeader => ReconcileError::NotLeader,
-            e => ReconcileError::Apply(e),
-        });
+        // A passing fault: retried with backoff. Once it has lasted a few rounds, the
+        // resource says so (a fault that lasts is not to be hidden behind an old status).
+        if matches!(e, ApplyError::NotLeader) {
+            return Err(ReconcileError::NotLeader);
+        }
+        if failures_of(&ctx, &cr) + 1 >= SAY_RETRYING_AFTER {
+            let retrying = Sync::of(vec![Problem {
+                reason: "Retrying",
+                message: e.to_string(),
+                retry: Retry::Backoff,
+            }]);
+            let s = scope.as_ref().ok();
+            if let Err(w) = write_status(&ctx, &cr, &cr_json, s, &round.observed, &retrying).await {
+                tracing::debug!(error = %w, "status of a retried resource not written");
+            }
+        }
+        return Err(ReconcileError::Apply(e));
     }
     if let Sync::Failed(p) = &sync {
         report_problem(&ctx, &cr, &cr_json, p);

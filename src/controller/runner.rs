@@ -60,6 +60,19 @@ fn scoped(
     }
 }
 
+/// How long a stopping rule waits for its in-flight reconciles.
+pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Aborts its task when dropped: a helper task never outlives the rule that spawned it,
+/// however that rule ends (stopped, or cancelled when leadership is lost).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A running rule.
 pub struct RuleTask {
     pub rule: Arc<CompiledRule>,
@@ -92,10 +105,18 @@ impl RuleTask {
         }
     }
 
-    /// Asks the rule to stop (in-flight reconciles finish) and waits for it.
-    pub async fn stop(self) {
+    /// Asks the rule to stop (in-flight reconciles finish) and waits for it, at most
+    /// [`STOP_GRACE`]: a reconcile hung on a stalled connection is then cancelled.
+    pub async fn stop(mut self) {
         let _ = self.stop.send(true);
-        let _ = self.handle.await;
+        if tokio::time::timeout(STOP_GRACE, &mut self.handle)
+            .await
+            .is_err()
+        {
+            tracing::warn!(rule = %self.rule.name, "in-flight reconciles did not finish in time; cancelled");
+            self.handle.abort();
+            let _ = self.handle.await;
+        }
     }
 
     /// Stops the rule at once: in-flight reconciles are cancelled, not finished.
@@ -290,7 +311,7 @@ async fn run(
         return;
     }
     // Kinds the rule no longer makes are cleaned up beside the controller, until done.
-    let cleanup = tokio::spawn(
+    let _cleanup = AbortOnDrop(tokio::spawn(
         inventory::retire(
             inventory::Inventory {
                 client: client.clone(),
@@ -301,9 +322,10 @@ async fn run(
             parent.resource.kind.clone(),
             opts.namespace.clone(),
             retired,
+            opts.metrics.clone(),
         )
         .in_current_span(),
-    );
+    ));
     // The distinct child kinds, each resolved by discovery.
     let mut kinds: Vec<Resolved> = Vec::new();
     let mut child_kind = Vec::new();
@@ -441,7 +463,6 @@ async fn run(
             }
         })
         .await;
-    cleanup.abort();
     synced.store(false, Ordering::SeqCst);
     tracing::info!("rule stopped");
 }

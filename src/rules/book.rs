@@ -84,7 +84,14 @@ impl RuleBook {
     /// path order wins). A rule refused for watching what another watches keeps its last
     /// version in force, if it had one that does not collide.
     pub fn rules(&mut self) -> Vec<Arc<CompiledRule>> {
-        let all: Vec<Arc<CompiledRule>> = self.files.values().flatten().cloned().collect();
+        let mut all: Vec<Arc<CompiledRule>> = self.files.values().flatten().cloned().collect();
+        // A rule already in force, unchanged, comes first: an edit of another rule that
+        // now collides with it cannot push it out.
+        all.sort_by_key(|r| {
+            self.in_force
+                .get(&r.name)
+                .is_none_or(|f| f.fingerprint != r.fingerprint)
+        });
         let (mut kept, dups) = dedupe(all);
         for d in dups {
             if let LoadError::SameWatch(w) = &d
@@ -187,6 +194,36 @@ mod tests {
             .expect("last good kept");
         assert_eq!(other.watch.resource, "others");
         assert_eq!(rules.len(), 2);
+    }
+
+    #[test]
+    fn an_edit_that_collides_with_a_running_rule_does_not_push_it_out() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), OTHER).unwrap();
+        std::fs::write(dir.path().join("b.yaml"), GOOD).unwrap();
+        let mut book = RuleBook::new(vec![dir.path().to_path_buf()]);
+        book.reload();
+        assert_eq!(book.rules().len(), 2);
+        // a.yaml (first in path order) now watches what b.yaml's running rule watches.
+        std::fs::write(
+            dir.path().join("a.yaml"),
+            OTHER.replace("resource: others", "resource: webs"),
+        )
+        .unwrap();
+        book.reload();
+        let rules = book.rules();
+        let web = rules
+            .iter()
+            .find(|r| r.name == "web")
+            .expect("web keeps running");
+        assert_eq!(web.watch.resource, "webs");
+        let other = rules.iter().find(|r| r.name == "other").expect("last good");
+        assert_eq!(other.watch.resource, "others");
+        assert!(
+            book.problems.iter().any(|p| p.file.ends_with("a.yaml")),
+            "{:?}",
+            book.problems
+        );
     }
 
     #[test]

@@ -56,8 +56,29 @@ rm -rf "$dir/etcd" "$pki" "$logs" "$pids"
 mkdir -p "$pki" "$logs" "$pids"
 
 # --- free ports -------------------------------------------------------------
+# Below the kernel's ephemeral range: a port picked there can be taken by any outgoing
+# connection (the tests make thousands) before the component that is to listen on it
+# starts; here only another listener can take it.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  python3 - <<'PY'
+import random, socket
+lo = 32768
+try:
+    lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except Exception:
+    pass
+for _ in range(200):
+    port = random.randrange(10000, max(10001, lo))
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+PY
 }
 etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port)
 kcm_port=$(free_port); sched_port=$(free_port); kwok_port=$(free_port)
