@@ -50,7 +50,7 @@ async fn a_website_gets_its_children_status_scale_and_cleanup() {
     );
     assert_eq!(
         d["metadata"]["labels"]["app.kubernetes.io/managed-by"],
-        "ruleop"
+        "website-operator"
     );
     assert_eq!(d["spec"]["replicas"], 3);
     let c = &d["spec"]["template"]["spec"]["containers"][0];

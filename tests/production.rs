@@ -16,16 +16,18 @@ fn website(ns: &str, name: &str) -> String {
     json!({"apiVersion": "sre.example.com/v1alpha1", "kind": "WebSite", "metadata": {"name": name, "namespace": ns}, "spec": {"image": "nginx:1.27", "replicas": 1}}).to_string()
 }
 
-/// The shipped WebSite rule with one more label on the Deployment.
+/// The shipped WebSite rule with one more label on the Deployment (its own metadata
+/// only: the selector and the pod template keep the origin's three labels).
 fn website_rule_with_label(value: &str) -> String {
     let rule = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/website.yaml"))
         .unwrap();
+    let anchor = "labels: &labels\n          app.kubernetes.io/name: website\n          app.kubernetes.io/instance: \"{{ name }}\"\n          app.kubernetes.io/managed-by: website-operator\n";
+    let inline = "{app.kubernetes.io/name: website, app.kubernetes.io/instance: \"{{ name }}\", app.kubernetes.io/managed-by: website-operator}";
     let labelled = format!(
-        "labels:\n          app.kubernetes.io/name: website\n          app.kubernetes.io/instance: \"{{{{ name }}}}\"\n          app.kubernetes.io/managed-by: ruleop\n          tier: {value}"
+        "labels:\n          app.kubernetes.io/name: website\n          app.kubernetes.io/instance: \"{{{{ name }}}}\"\n          app.kubernetes.io/managed-by: website-operator\n          tier: {value}\n"
     );
-    let out = rule.replacen("labels: \"{{ labels }}\"", &labelled, 1);
-    assert_ne!(out, rule);
-    out
+    assert!(rule.contains(anchor), "the shipped rule's labels changed");
+    rule.replacen(anchor, &labelled, 1).replace("*labels", inline)
 }
 
 fn metric(text: &str, name: &str) -> Option<f64> {

@@ -352,3 +352,15 @@ fn wrongly_typed_and_missing_spec_fields_have_defined_outcomes() {
         .to_string();
     assert!(e.contains("spec.template.spec.containers[0].image"), "{e}");
 }
+
+#[test]
+fn a_map_literal_with_nested_braces_renders_as_a_map_and_none_drops_a_list_item() {
+    let r = rule(
+        "name: t\nwatch: {group: x.io, version: v1, resource: ts}\nchildren:\n  - id: cm\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {name: \"{{ name }}\"}\n      spec:\n        nested: \"{{ {'x': {'y': 1}} }}\"\n        items:\n          - \"{{ {'a': {'b': 1}} if spec.on | default(false) else none }}\"\n          - kept\n",
+    );
+    let cr = json!({"metadata": {"name": "n", "namespace": "ns"}, "spec": {}});
+    let out = render(&r, &cr).unwrap();
+    let spec = &out[0].object["spec"];
+    assert_eq!(spec["nested"], json!({"x": {"y": 1}}), "a map, not its text");
+    assert_eq!(spec["items"], json!(["kept"]), "none drops the item");
+}

@@ -382,7 +382,9 @@ fn classify(s: &str) -> Scalar<'_> {
     let t = s.trim();
     if let Some(inner) = t.strip_prefix("{{").and_then(|r| r.strip_suffix("}}")) {
         let inner = inner.trim_start_matches('-').trim_end_matches('-');
-        if !has_syntax(inner) {
+        // Parsed, not scanned: `{{ {'x': {'y': 1}} }}` and `{{ "}}" }}` are one
+        // expression; `{{ a }}-{{ b }}` is not (its inside is no expression).
+        if !has_syntax(inner) || is_one_expression(inner) {
             return Scalar::Expr(inner.trim());
         }
     }
@@ -391,6 +393,14 @@ fn classify(s: &str) -> Scalar<'_> {
     } else {
         Scalar::Literal
     }
+}
+
+/// Whether `inner` parses as a single expression.
+fn is_one_expression(inner: &str) -> bool {
+    thread_local! {
+        static PARSER: minijinja::Environment<'static> = minijinja::Environment::new();
+    }
+    PARSER.with(|env| env.compile_expression(inner).is_ok())
 }
 
 /// The first line of a minijinja error, without its debug dump.
@@ -833,6 +843,21 @@ mod tests {
         assert!(matches!(classify("{{ a }}{{ b }}"), Scalar::Text));
         assert!(matches!(classify("nginx"), Scalar::Literal));
         assert!(matches!(classify("{% if x %}y{% endif %}"), Scalar::Text));
+        assert!(matches!(classify("{{ a }}-{{ b }}"), Scalar::Text));
+    }
+
+    #[test]
+    fn an_expression_with_braces_inside_is_still_one_expression() {
+        // Parsed, not scanned for `}}`: these were rendered as text before.
+        assert!(matches!(
+            classify("{{ {'x': {'y': 1}} }}"),
+            Scalar::Expr("{'x': {'y': 1}}")
+        ));
+        assert!(matches!(classify("{{ \"}}\" }}"), Scalar::Expr("\"}}\"")));
+        assert!(matches!(
+            classify("{{ {'a': {'b': 1}} if spec.x else none }}"),
+            Scalar::Expr(_)
+        ));
     }
 
     #[test]
