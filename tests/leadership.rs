@@ -78,28 +78,7 @@ async fn a_leader_cut_off_stops_writing_at_its_renew_deadline_and_the_standby_ta
         audit.display()
     );
     let ns = "fenced";
-    let c = Cluster::start_with_env(&[("RULEOP_APISERVER_EXTRA_ARGS", &extra)]);
-    c.kubectl(
-        &[
-            "apply",
-            "-f",
-            concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/deploy/crds/websites.sre.example.com.yaml"
-            ),
-        ],
-        None,
-    );
-    c.kubectl(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/websites.sre.example.com",
-            "--timeout=60s",
-        ],
-        None,
-    );
-    c.kubectl(&["create", "namespace", ns], None);
+    let c = Cluster::with_websites_env(ns, &[("RULEOP_APISERVER_EXTRA_ARGS", &extra)]);
     let audit = audit.to_str().unwrap().to_string();
 
     // `one` reaches the API server through a proxy that can cut it off; `two` directly.

@@ -91,42 +91,6 @@ async fn the_origins_website_walkthrough_runs_with_its_own_sample() {
     gone("service", ns, "my-blog-web").await;
 }
 
-/// The children the typed WebSite operator made for `name`: `POST` with field manager
-/// `manager` (controller-runtime's default), its labels and selector, its container.
-fn typed_website_children(ns: &str, name: &str, owner: &str, image: &str) -> String {
-    let labels = format!(
-        "{{app.kubernetes.io/name: website, app.kubernetes.io/instance: {name}, app.kubernetes.io/managed-by: website-operator}}"
-    );
-    let owner = format!(
-        "[{{apiVersion: sre.example.com/v1alpha1, kind: WebSite, name: {name}, uid: {owner}, controller: true, blockOwnerDeletion: true}}]"
-    );
-    format!(
-        r#"apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {name}-web, namespace: {ns}, labels: {labels}, ownerReferences: {owner}}}
-spec:
-  replicas: 2
-  selector: {{matchLabels: {labels}}}
-  template:
-    metadata: {{labels: {labels}}}
-    spec:
-      containers:
-        - name: web
-          image: "{image}"
-          ports: [{{containerPort: 80, protocol: TCP}}]
-          resources: {{requests: {{cpu: 100m, memory: 128Mi}}, limits: {{cpu: 500m, memory: 256Mi}}}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: {name}-web, namespace: {ns}, labels: {labels}, ownerReferences: {owner}}}
-spec:
-  type: ClusterIP
-  selector: {labels}
-  ports: [{{name: http, port: 80, targetPort: 80, protocol: TCP}}]
-"#
-    )
-}
-
 #[tokio::test]
 async fn the_typed_website_operators_children_are_taken_over_and_roll_out_normally() {
     let client = common::client().await;
@@ -139,11 +103,13 @@ async fn the_typed_website_operators_children_are_taken_over_and_roll_out_normal
     let site = get_json("website", &ns, "shop").unwrap();
     kubectl_ok(
         &["create", "--field-manager=manager", "-f", "-"],
-        Some(&typed_website_children(
+        Some(&common::typed_website_children(
             &ns,
             "shop",
             &uid(&site),
             "nginx:1.27",
+            2,
+            "",
         )),
     );
     let selector = "app.kubernetes.io/instance=shop";

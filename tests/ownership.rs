@@ -350,53 +350,6 @@ async fn a_kind_removed_while_ruleop_was_stopped_is_cleaned_up_on_start_and_a_ve
     common::delete_namespace(&ns);
 }
 
-/// The objects the typed WebSite operator made for `name` (as controller-runtime does:
-/// `POST`, field manager `manager`, controller ownerReference), plus one field the rule
-/// does not render.
-fn typed_children(ns: &str, name: &str, owner_uid: &str) -> String {
-    let labels = format!(
-        "{{app.kubernetes.io/name: website, app.kubernetes.io/instance: {name}, app.kubernetes.io/managed-by: website-operator}}"
-    );
-    let selector = labels.clone();
-    let owner = format!(
-        "[{{apiVersion: sre.example.com/v1alpha1, kind: WebSite, name: {name}, uid: {owner_uid}, controller: true, blockOwnerDeletion: true}}]"
-    );
-    format!(
-        r#"apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}-web
-  namespace: {ns}
-  labels: {labels}
-  annotations: {{typed-operator/only: "yes"}}
-  ownerReferences: {owner}
-spec:
-  replicas: 1
-  selector: {{matchLabels: {selector}}}
-  template:
-    metadata: {{labels: {labels}}}
-    spec:
-      containers:
-        - name: web
-          image: "nginx:1.27"
-          ports: [{{containerPort: 80, protocol: TCP}}]
-          resources: {{requests: {{cpu: 100m, memory: 128Mi}}, limits: {{cpu: 500m, memory: 256Mi}}}}
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: {name}-web
-  namespace: {ns}
-  labels: {labels}
-  ownerReferences: {owner}
-spec:
-  type: ClusterIP
-  selector: {selector}
-  ports: [{{name: http, port: 80, targetPort: 80, protocol: TCP}}]
-"#
-    )
-}
-
 fn replica_sets(ns: &str) -> Vec<String> {
     let out = kubectl_ok(&["get", "rs", "-n", ns, "-o", "name"], None);
     let mut v: Vec<String> = out.lines().map(str::to_string).collect();
@@ -409,12 +362,7 @@ async fn children_of_a_typed_operator_are_adopted_with_nothing_recreated() {
     let client = common::client().await;
     install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "own-adopt").await;
-    kubectl_ok(&["apply", "-f", "-"], Some(&website(&ns, "typed")));
-    let cr = get_json("website", &ns, "typed").unwrap();
-    kubectl_ok(
-        &["create", "--field-manager=manager", "-f", "-"],
-        Some(&typed_children(&ns, "typed", &uid(&cr))),
-    );
+    common::website_with_typed_children(&ns, "typed", "typed-operator/only: \"yes\"");
     eventually(T, "the typed operator's ReplicaSet", || async {
         (replica_sets(&ns).len() == 1).then_some(())
     })
@@ -497,12 +445,7 @@ async fn an_adoption_policy_of_never_leaves_even_the_resources_own_object_alone(
     let client = common::client().await;
     install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "own-never").await;
-    kubectl_ok(&["apply", "-f", "-"], Some(&website(&ns, "kept")));
-    let cr = get_json("website", &ns, "kept").unwrap();
-    kubectl_ok(
-        &["create", "--field-manager=manager", "-f", "-"],
-        Some(&typed_children(&ns, "kept", &uid(&cr))),
-    );
+    common::website_with_typed_children(&ns, "kept", "");
     let d0 = get_json("deployment", &ns, "kept-web").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("website.yaml");

@@ -27,7 +27,8 @@ fn website_rule_with_label(value: &str) -> String {
         "labels:\n          app.kubernetes.io/name: website\n          app.kubernetes.io/instance: \"{{{{ name }}}}\"\n          app.kubernetes.io/managed-by: website-operator\n          tier: {value}\n"
     );
     assert!(rule.contains(anchor), "the shipped rule's labels changed");
-    rule.replacen(anchor, &labelled, 1).replace("*labels", inline)
+    rule.replacen(anchor, &labelled, 1)
+        .replace("*labels", inline)
 }
 
 fn metric(text: &str, name: &str) -> Option<f64> {
@@ -112,7 +113,7 @@ async fn rule_edits_apply_without_a_restart_and_a_broken_edit_keeps_the_last_goo
         logged["error"]
             .as_str()
             .unwrap()
-            .contains("website.yaml:18: rule `website`, child `deployment`"),
+            .contains("website.yaml:20: rule `website`, child `deployment`"),
         "file and line in the log: {logged}"
     );
     let (_, status) = http_get(&addr, "/status");
@@ -518,7 +519,7 @@ async fn the_generated_rbac_is_enough_and_a_kind_outside_it_is_refused_on_the_re
             "/tests/fixtures/cache/config-only.yaml"
         ))
         .unwrap()
-        + "    when: spec.replicas > 0\n";
+        + "    when: spec.replicas | default(1) > 0\n";
     let rules = dir.path().join("rules.yaml");
     std::fs::write(&rules, extra).unwrap();
     let lease_ns = ["--lease-namespace", op_ns.as_str()];

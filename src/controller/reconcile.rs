@@ -482,6 +482,27 @@ fn desired_status(
     Value::Object(out)
 }
 
+/// Server-side applies `status`: through the status subresource, or the object itself
+/// when the kind has none.
+async fn patch_status(
+    ctx: &Ctx,
+    api: &Api<DynamicObject>,
+    key: &ObjectKey,
+    status: &Value,
+) -> Result<DynamicObject, kube::Error> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    if ctx.parent.status_subresource {
+        let body = json!({"apiVersion": key.api_version, "kind": key.kind, "status": status});
+        api.patch_status(&key.name, &params, &Patch::Apply(&body))
+            .await
+    } else {
+        // No status subresource: the status is a field of the object itself.
+        let body = json!({"apiVersion": key.api_version, "kind": key.kind,
+            "metadata": {"name": key.name}, "status": status});
+        api.patch(&key.name, &params, &Patch::Apply(&body)).await
+    }
+}
+
 async fn write_status(
     ctx: &Ctx,
     cr: &DynamicObject,
@@ -509,18 +530,19 @@ async fn write_status(
     }
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.parent.resource);
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let written = if ctx.parent.status_subresource {
-        let body = json!({"apiVersion": key.api_version, "kind": key.kind, "status": status});
-        api.patch_status(&key.name, &params, &Patch::Apply(&body))
-            .await
-    } else {
-        // No status subresource: the status is a field of the object itself.
-        let body = json!({"apiVersion": key.api_version, "kind": key.kind,
-            "metadata": {"name": key.name}, "status": status});
-        api.patch(&key.name, &params, &Patch::Apply(&body)).await
-    }
-    .map_err(ReconcileError::Status)?;
+    // A field the CRD's status schema does not declare is refused; learned, it is left
+    // out and the write tried again (once per field the schema lacks).
+    let written = loop {
+        match patch_status(ctx, &api, &key, &status).await {
+            Err(kube::Error::Api(e)) if ctx.status_schema.learn_refusal(&e.message) => {
+                ctx.status_schema.strip(&mut status);
+                if current == Some(&status) {
+                    return Ok(());
+                }
+            }
+            other => break other.map_err(ReconcileError::Status)?,
+        }
+    };
     ctx.metrics.write(&ctx.rule.name, "status");
     tracing::debug!(rule = %ctx.rule.name, object = %key.name, namespace = %key.namespace, "status written");
     let kept = written.data.get("status").cloned().unwrap_or(Value::Null);

@@ -361,6 +361,10 @@ fn a_map_literal_with_nested_braces_renders_as_a_map_and_none_drops_a_list_item(
     let cr = json!({"metadata": {"name": "n", "namespace": "ns"}, "spec": {}});
     let out = render(&r, &cr).unwrap();
     let spec = &out[0].object["spec"];
-    assert_eq!(spec["nested"], json!({"x": {"y": 1}}), "a map, not its text");
+    assert_eq!(
+        spec["nested"],
+        json!({"x": {"y": 1}}),
+        "a map, not its text"
+    );
     assert_eq!(spec["items"], json!(["kept"]), "none drops the item");
 }

@@ -1,8 +1,9 @@
 //! What the custom resource's status schema keeps. A CRD whose status schema lacks a
 //! field ruleop writes (the origin's MyApp CRD has no `conditions`; a kubebuilder CRD
-//! often no `observedGeneration`) silently drops it; ruleop would then see a difference
-//! on every reconcile and write again. So the top-level status fields the server dropped
-//! from a write are learned, said once in the log, and left out of later statuses.
+//! often no `observedGeneration`) refuses a server-side apply that sets it ("field not
+//! declared in schema"), or drops it from other writes; ruleop would then fail, or see a
+//! difference, on every reconcile. So the top-level status fields the server refused or
+//! dropped are learned, said once in the log, and left out of later statuses.
 
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -27,6 +28,26 @@ impl StatusSchema {
             if kept.get(k).is_none() && dropped.insert(k.clone()) {
                 tracing::warn!(field = %k, "the custom resource's status schema drops this field; ruleop stops writing it (add it to the CRD's status schema to see it)");
                 learned = true;
+            }
+        }
+        learned
+    }
+
+    /// Learns from a refusal of the API server; returns whether something new was learned
+    /// (then the write is worth another try without those fields).
+    pub fn learn_refusal(&self, message: &str) -> bool {
+        if !message.contains("field not declared in schema") {
+            return false;
+        }
+        let mut learned = false;
+        for part in message.split(".status.").skip(1) {
+            let key: String = part
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '-')
+                .collect();
+            if !key.is_empty() {
+                let sent = serde_json::json!({ key.clone(): true });
+                learned |= self.learn(&sent, &Value::Null);
             }
         }
         learned
@@ -57,6 +78,18 @@ mod tests {
         let mut next = json!({"replicas": 3, "conditions": [], "observedGeneration": 4});
         schema.strip(&mut next);
         assert_eq!(next, json!({"replicas": 3}));
+    }
+
+    #[test]
+    fn fields_a_server_side_apply_refuses_as_undeclared_are_learned() {
+        let schema = StatusSchema::default();
+        let msg = "failed to create typed patch object (/my-app; myscheme.example.com/v1, Kind=MyApp): .status.conditions: field not declared in schema, .status.observedGeneration: field not declared in schema";
+        assert!(schema.learn_refusal(msg));
+        assert!(!schema.learn_refusal(msg), "nothing new the second time");
+        let mut s = json!({"replicas": 1, "conditions": [], "observedGeneration": 2});
+        schema.strip(&mut s);
+        assert_eq!(s, json!({"replicas": 1}));
+        assert!(!schema.learn_refusal("etcdserver: request timed out"));
     }
 
     #[test]

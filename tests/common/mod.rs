@@ -387,7 +387,12 @@ impl Cluster {
 
     /// A cluster of its own with the WebSite CRD and a namespace `ns`.
     pub fn with_websites(ns: &str) -> Cluster {
-        let c = Cluster::start();
+        Cluster::with_websites_env(ns, &[])
+    }
+
+    /// As [`Cluster::with_websites`], `up.sh` run with extra environment.
+    pub fn with_websites_env(ns: &str, env: &[(&str, &str)]) -> Cluster {
+        let c = Cluster::start_with_env(env);
         c.kubectl(
             &[
                 "apply",
@@ -444,4 +449,80 @@ pub async fn wait_json(
         || async { get_json(kind, ns, name).filter(|v| pred(v)) },
     )
     .await
+}
+
+/// The children the origin's typed WebSite operator made for `name` (controller-runtime:
+/// `POST`, field manager `manager`, controller ownerReference to the resource `owner_uid`):
+/// its three labels on the objects, the selector and the pod template, its unnamed
+/// container port. `extra_annotations` is added to the Deployment (a field the rule does
+/// not render).
+pub fn typed_website_children(
+    ns: &str,
+    name: &str,
+    owner_uid: &str,
+    image: &str,
+    replicas: u32,
+    extra_annotations: &str,
+) -> String {
+    let labels = format!(
+        "{{app.kubernetes.io/name: website, app.kubernetes.io/instance: {name}, app.kubernetes.io/managed-by: website-operator}}"
+    );
+    let owner = format!(
+        "[{{apiVersion: sre.example.com/v1alpha1, kind: WebSite, name: {name}, uid: {owner_uid}, controller: true, blockOwnerDeletion: true}}]"
+    );
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}-web, namespace: {ns}, labels: {labels}, annotations: {{{extra_annotations}}}, ownerReferences: {owner}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {labels}}}
+  template:
+    metadata: {{labels: {labels}}}
+    spec:
+      containers:
+        - name: web
+          image: "{image}"
+          ports: [{{containerPort: 80, protocol: TCP}}]
+          resources: {{requests: {{cpu: 100m, memory: 128Mi}}, limits: {{cpu: 500m, memory: 256Mi}}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}-web, namespace: {ns}, labels: {labels}, ownerReferences: {owner}}}
+spec:
+  type: ClusterIP
+  selector: {labels}
+  ports: [{{name: http, port: 80, targetPort: 80, protocol: TCP}}]
+"#
+    )
+}
+
+/// Creates a WebSite `name` and, as the typed operator did, its children; returns the
+/// resource.
+pub fn website_with_typed_children(
+    ns: &str,
+    name: &str,
+    extra_annotations: &str,
+) -> serde_json::Value {
+    let cr = format!(
+        "apiVersion: sre.example.com/v1alpha1\nkind: WebSite\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{image: \"nginx:1.27\", replicas: 1}}\n"
+    );
+    kubectl_ok(&["apply", "-f", "-"], Some(&cr));
+    let site = get_json("website", ns, name).unwrap();
+    let uid = site["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    kubectl_ok(
+        &["create", "--field-manager=manager", "-f", "-"],
+        Some(&typed_website_children(
+            ns,
+            name,
+            &uid,
+            "nginx:1.27",
+            1,
+            extra_annotations,
+        )),
+    );
+    site
 }
