@@ -82,6 +82,12 @@ fn check_reports_each_broken_file_with_file_rule_child_and_line() {
             "children `first` and `second` both make ConfigMap",
         ),
         (
+            "unknown-filter.yaml:11:",
+            "rule `unknown-filter`",
+            Some("child `cm`"),
+            "unknown filter `upperr`",
+        ),
+        (
             "same-watch.yaml:4:",
             "rule `same-watch-b`",
             None,
@@ -104,7 +110,8 @@ fn check_reports_each_broken_file_with_file_rule_child_and_line() {
         stderr.contains("fix: did you mean `Deployment`?"),
         "{stderr}"
     );
-    assert!(stdout.contains("1 rule(s) ok, 10 error(s)"), "{stdout}");
+    assert!(stdout.contains("1 rule(s) ok, 11 error(s)"), "{stdout}");
+    assert!(stderr.contains("fix: did you mean `upper`?"), "{stderr}");
 }
 
 #[test]

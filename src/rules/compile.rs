@@ -3,6 +3,7 @@
 //! Pure: no cluster is needed, so `ruleop check` runs anywhere.
 
 use super::error::{LoadError, Location, RuleProblem};
+use super::helpers;
 use super::lines::LineIndex;
 use super::program::{self, ExprRef, Program, TextRef};
 use super::spec::{FieldType, RuleSpec, WatchSpec};
@@ -260,7 +261,8 @@ struct Compiler<'a> {
     texts: usize,
     /// (reference, child id, extra variables allowed) for the unknown-variable check.
     expr_refs: Vec<(ExprRef, Option<String>, bool)>,
-    text_refs: Vec<(TextRef, Option<String>)>,
+    /// Each text template, its child, and its source.
+    text_refs: Vec<(TextRef, Option<String>, Arc<str>)>,
 }
 
 impl Compiler<'_> {
@@ -312,7 +314,8 @@ impl Compiler<'_> {
                     name,
                     at: path.into(),
                 };
-                self.text_refs.push((r.clone(), child.map(str::to_string)));
+                self.text_refs
+                    .push((r.clone(), child.map(str::to_string), source.into()));
                 Some(r)
             }
             Err(e) => {
@@ -414,7 +417,7 @@ pub fn jinja_reason(e: &minijinja::Error) -> String {
 }
 
 /// Levenshtein distance, for "did you mean" hints.
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
@@ -504,6 +507,7 @@ pub fn compile(
     if let Some(p) = &program {
         check_variables(&mut c, p);
     }
+    check_filters_and_tests(&mut c);
     match program {
         Some(program) if c.errors.is_empty() => Ok(CompiledRule {
             status_reads: fields
@@ -804,7 +808,7 @@ fn check_variables(c: &mut Compiler<'_>, p: &Program) {
             }
         }
     }
-    for (r, child) in &c.text_refs {
+    for (r, child, _) in &c.text_refs {
         for v in p.template_variables(r) {
             if !known(&v, false) {
                 problems.push((r.at.clone(), child.clone(), v, false));
@@ -821,6 +825,47 @@ fn check_variables(c: &mut Compiler<'_>, p: &Program) {
             child.as_deref(),
             format!("unknown variable `{v}`"),
             format!("use one of: {}", vars.join(", ")),
+        );
+    }
+}
+
+/// Every filter and test a template or expression names must exist: minijinja looks them
+/// up only when it runs them, so `| upperr` would pass here and fail a render.
+fn check_filters_and_tests(c: &mut Compiler<'_>) {
+    let env = program::environment();
+    let mut uses: Vec<(Arc<str>, Option<String>, String)> = c
+        .expr_refs
+        .iter()
+        .map(|(r, child, _)| (r.at.clone(), child.clone(), r.source.to_string()))
+        .collect();
+    uses.extend(
+        c.text_refs
+            .iter()
+            .map(|(r, child, src)| (r.at.clone(), child.clone(), helpers::template_code(src))),
+    );
+    let mut problems = Vec::new();
+    for (at, child, code) in uses {
+        let (filters, tests) = helpers::names_used(&code);
+        let unknown = filters
+            .into_iter()
+            .map(|f| (f, false))
+            .chain(tests.into_iter().map(|t| (t, true)))
+            .filter(|(name, test)| !helpers::known(&env, name, *test));
+        for (name, test) in unknown {
+            problems.push((at.clone(), child.clone(), name, test));
+        }
+    }
+    for (at, child, name, test) in problems {
+        let what = if test { "test" } else { "filter" };
+        let fix = match helpers::closest(&name, test) {
+            Some(k) => format!("did you mean `{k}`?"),
+            None => format!("see the {what}s in the README's template reference"),
+        };
+        c.error(
+            &at,
+            child.as_deref(),
+            format!("unknown {what} `{name}`"),
+            fix,
         );
     }
 }

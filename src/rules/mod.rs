@@ -4,6 +4,7 @@
 pub mod book;
 pub mod compile;
 pub mod error;
+pub mod helpers;
 pub mod lines;
 pub mod load;
 pub mod program;

@@ -67,6 +67,7 @@ pub fn environment() -> Environment<'static> {
     // a string without bound in a few instructions). Templates see `namespace` as the
     // custom resource's namespace instead.
     env.remove_global("namespace");
+    super::helpers::add_to(&mut env);
     env
 }
 
