@@ -41,6 +41,8 @@ pub struct CompiledChild {
     pub template: Node,
     /// Which existing objects of its name the child may take over.
     pub adopt: super::spec::AdoptPolicy,
+    /// When the live child is ready (it sees `child`); None: its kind's built-in readiness.
+    pub ready_when: Option<ExprRef>,
     pub at: Location,
 }
 
@@ -125,6 +127,10 @@ pub const TEMPLATE_VARIABLES: &[&str] = &[
 ];
 /// Variables status expressions see in addition.
 pub const STATUS_VARIABLES: &[&str] = &["children", "status", "self"];
+/// What a child's `readyWhen` sees besides the template variables: the live child.
+pub const READY_VARIABLES: &[&str] = &["child"];
+/// Templates and `when` see the template variables only.
+const NO_EXTRA: &[&str] = &[];
 /// Globals minijinja itself provides.
 const GLOBALS: &[&str] = &[
     "range",
@@ -260,7 +266,8 @@ struct Compiler<'a> {
     expr_at: Vec<(Arc<str>, Option<String>)>,
     texts: usize,
     /// (reference, child id, extra variables allowed) for the unknown-variable check.
-    expr_refs: Vec<(ExprRef, Option<String>, bool)>,
+    /// Each expression, its child, and the variables it sees besides the template ones.
+    expr_refs: Vec<(ExprRef, Option<String>, &'static [&'static str])>,
     /// Each text template, its child, and its source.
     text_refs: Vec<(TextRef, Option<String>, Arc<str>)>,
 }
@@ -289,7 +296,13 @@ impl Compiler<'_> {
         })));
     }
 
-    fn expr(&mut self, path: &str, child: Option<&str>, source: &str, status: bool) -> ExprRef {
+    fn expr(
+        &mut self,
+        path: &str,
+        child: Option<&str>,
+        source: &str,
+        extra: &'static [&'static str],
+    ) -> ExprRef {
         let r = ExprRef {
             index: self.exprs.len(),
             at: path.into(),
@@ -298,7 +311,7 @@ impl Compiler<'_> {
         self.exprs.push(source.into());
         self.expr_at.push((path.into(), child.map(str::to_string)));
         self.expr_refs
-            .push((r.clone(), child.map(str::to_string), status));
+            .push((r.clone(), child.map(str::to_string), extra));
         r
     }
 
@@ -335,7 +348,7 @@ impl Compiler<'_> {
         match v {
             Value::String(s) => match classify(s) {
                 Scalar::Literal => Node::Literal(v.clone()),
-                Scalar::Expr(e) => Node::Expr(self.expr(path, Some(child), e, false)),
+                Scalar::Expr(e) => Node::Expr(self.expr(path, Some(child), e, NO_EXTRA)),
                 Scalar::Text => match self.text(path, Some(child), s) {
                     Some(t) => Node::Text(t),
                     None => Node::Literal(Value::Null),
@@ -487,7 +500,7 @@ pub fn compile(
         .status
         .ready
         .as_deref()
-        .map(|r| c.expr("status.ready", None, r, true));
+        .map(|r| c.expr("status.ready", None, r, STATUS_VARIABLES));
 
     let env = std::mem::replace(&mut c.env, program::environment());
     let program = match Program::new(env, &c.exprs) {
@@ -646,7 +659,11 @@ fn compile_child(
     let when = ch
         .when
         .as_deref()
-        .map(|w| c.expr(&format!("{base}.when"), Some(id), w, false));
+        .map(|w| c.expr(&format!("{base}.when"), Some(id), w, NO_EXTRA));
+    let ready_when = ch
+        .ready_when
+        .as_deref()
+        .map(|w| c.expr(&format!("{base}.readyWhen"), Some(id), w, READY_VARIABLES));
     Some(CompiledChild {
         id: id.to_string(),
         api_version: api_version.to_string(),
@@ -654,6 +671,7 @@ fn compile_child(
         when,
         template,
         adopt: ch.adopt,
+        ready_when,
         at: c.at(&base),
     })
 }
@@ -772,7 +790,7 @@ fn compile_fields(c: &mut Compiler<'_>, spec: &RuleSpec, ids: &[&str]) -> Vec<Co
                 &format!("{base}.value"),
                 None,
                 v,
-                true,
+                STATUS_VARIABLES,
             ))),
             _ => {
                 c.error(&base, None, format!("status field {:?} needs either `from` and `path`, or `value`", f.name), "e.g. `from: deployment` + `path: $.status.readyReplicas`, or `value: spec.port`");
@@ -795,31 +813,27 @@ fn compile_fields(c: &mut Compiler<'_>, spec: &RuleSpec, ids: &[&str]) -> Vec<Co
 
 /// Refuses variables no context provides: a typo (`spce.port`) fails at load, not at 3 a.m.
 fn check_variables(c: &mut Compiler<'_>, p: &Program) {
-    let known = |v: &str, status: bool| {
-        TEMPLATE_VARIABLES.contains(&v)
-            || GLOBALS.contains(&v)
-            || (status && STATUS_VARIABLES.contains(&v))
+    let known = |v: &str, extra: &[&str]| {
+        TEMPLATE_VARIABLES.contains(&v) || GLOBALS.contains(&v) || extra.contains(&v)
     };
     let mut problems = Vec::new();
-    for (r, child, status) in &c.expr_refs {
+    for (r, child, extra) in &c.expr_refs {
         for v in p.expression_variables(r) {
-            if !known(&v, *status) {
-                problems.push((r.at.clone(), child.clone(), v, *status));
+            if !known(&v, extra) {
+                problems.push((r.at.clone(), child.clone(), v, *extra));
             }
         }
     }
     for (r, child, _) in &c.text_refs {
         for v in p.template_variables(r) {
-            if !known(&v, false) {
-                problems.push((r.at.clone(), child.clone(), v, false));
+            if !known(&v, NO_EXTRA) {
+                problems.push((r.at.clone(), child.clone(), v, NO_EXTRA));
             }
         }
     }
-    for (at, child, v, status) in problems {
+    for (at, child, v, extra) in problems {
         let mut vars: Vec<&str> = TEMPLATE_VARIABLES.to_vec();
-        if status {
-            vars.extend(STATUS_VARIABLES);
-        }
+        vars.extend(extra);
         c.error(
             &at,
             child.as_deref(),

@@ -60,6 +60,10 @@ pub struct ChildSpec {
     /// Which existing objects of the rendered name ruleop may take over.
     #[serde(default)]
     pub adopt: AdoptPolicy,
+    /// An expression over the live child (`child`): when it is ready. Absent: the
+    /// built-in readiness of its kind.
+    #[serde(default)]
+    pub ready_when: Option<String>,
 }
 
 /// Which existing objects of a child's name ruleop may take over (`children[].adopt`).

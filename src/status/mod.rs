@@ -7,6 +7,7 @@
 //! other fields: each is reported, and the field takes its default or is left out.
 
 mod conditions;
+pub mod readiness;
 mod schema;
 
 pub use conditions::{Condition, merge_conditions};
@@ -168,6 +169,23 @@ pub fn compute(
         }
     }
 
+    // Every child the rule makes for this resource (a child whose `when` is false is not
+    // expected): the ones missing or not ready, and why.
+    let wanted = |c: &&crate::rules::CompiledChild| match &c.when {
+        None => true,
+        Some(w) => rule.program.eval(w, &scope.ctx).is_ok_and(|v| v.is_true()),
+    };
+    let waiting: Vec<String> = rule
+        .children
+        .iter()
+        .filter(wanted)
+        .filter_map(|c| match observed.get(&c.id) {
+            None => Some(format!("child `{}` does not exist yet", c.id)),
+            Some(live) => readiness::child_ready(rule, c, scope, live)
+                .err()
+                .map(|why| format!("child `{}` ({} {}): {why}", c.id, c.kind, name_of(live))),
+        })
+        .collect();
     report.ready = match &rule.ready {
         Some(e) => match rule.program.eval(e, &context(&all)) {
             Ok(v) => {
@@ -175,6 +193,7 @@ pub fn compute(
                     report
                         .notes
                         .insert(0, format!("ready expression `{}` is false", e.source));
+                    report.notes.extend(waiting);
                 }
                 v.is_true()
             }
@@ -184,28 +203,20 @@ pub fn compute(
             }
         },
         None => {
-            // Every child the rule makes for this resource exists (a child whose `when`
-            // is false is not expected).
-            let wanted = |c: &&crate::rules::CompiledChild| match &c.when {
-                None => true,
-                Some(w) => rule.program.eval(w, &scope.ctx).is_ok_and(|v| v.is_true()),
-            };
-            let missing: Vec<&str> = rule
-                .children
-                .iter()
-                .filter(wanted)
-                .map(|c| c.id.as_str())
-                .filter(|id| !observed.contains_key(*id))
-                .collect();
-            if !missing.is_empty() {
-                report
-                    .notes
-                    .insert(0, format!("children missing: {}", missing.join(", ")));
+            let ready = waiting.is_empty();
+            for (i, w) in waiting.into_iter().enumerate() {
+                report.notes.insert(i, w);
             }
-            missing.is_empty()
+            ready
         }
     };
     report
+}
+
+fn name_of(live: &Value) -> &str {
+    live.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("?")
 }
 
 #[cfg(test)]

@@ -170,5 +170,28 @@ fn without_a_ready_expression_a_child_whose_when_is_false_is_not_awaited() {
     let cr = json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {"extra": true}});
     let rep = compute_with(&r, &cr, &[("cm", json!({"data": {}}))]);
     assert!(!rep.ready);
-    assert_eq!(rep.notes[0], "children missing: extra");
+    assert_eq!(rep.notes[0], "child `extra` does not exist yet");
+}
+
+#[test]
+fn ready_names_the_child_that_blocks_and_why() {
+    let r = rule(
+        "name: c\nwatch: {group: x.io, version: v1, resource: cs}\nchildren:\n  - id: job\n    template: {apiVersion: batch/v1, kind: Job, metadata: {name: \"{{ name }}-migrate\"}}\n  - id: db\n    readyWhen: child.status.phase == 'Ready' and spec.replicas > 0\n    template: {apiVersion: example.io/v1, kind: Database, metadata: {name: \"{{ name }}\"}}\n",
+    );
+    let cr = json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {"replicas": 1}});
+    let job = json!({"metadata": {"name": "a-migrate"}, "status": {}});
+    let db = json!({"metadata": {"name": "a"}, "status": {"phase": "Provisioning"}});
+    let rep = compute_with(&r, &cr, &[("job", job), ("db", db.clone())]);
+    assert!(!rep.ready);
+    assert_eq!(
+        rep.notes,
+        vec![
+            "child `job` (Job a-migrate): the Job has not completed".to_string(),
+            "child `db` (Database a): readyWhen `child.status.phase == 'Ready' and spec.replicas > 0` is false".to_string(),
+        ]
+    );
+    let done = json!({"metadata": {"name": "a-migrate"}, "status": {"succeeded": 1}});
+    let up = json!({"metadata": {"name": "a"}, "status": {"phase": "Ready"}});
+    let rep = compute_with(&r, &cr, &[("job", done), ("db", up)]);
+    assert!(rep.ready, "{rep:?}");
 }

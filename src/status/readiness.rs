@@ -1,0 +1,168 @@
+//! Whether one child is ready: its `readyWhen` expression (with the live child as `child`),
+//! or a built-in check for the kinds whose readiness is well known. Pure.
+
+use crate::render::Scope;
+use crate::rules::compile::jinja_reason;
+use crate::rules::{CompiledChild, CompiledRule};
+use serde_json::Value;
+
+fn int(v: &Value, path: &str) -> Option<i64> {
+    v.pointer(path).and_then(Value::as_i64)
+}
+
+/// The controller has seen the object's latest spec.
+fn observed_latest(live: &Value) -> Result<(), String> {
+    match (
+        int(live, "/metadata/generation"),
+        int(live, "/status/observedGeneration"),
+    ) {
+        (Some(g), Some(o)) if o < g => Err(format!(
+            "its controller has not seen generation {g} yet (at {o})"
+        )),
+        (Some(_), None) => Err("its controller has not reported on it yet".into()),
+        _ => Ok(()),
+    }
+}
+
+fn condition_true(live: &Value, type_: &str) -> bool {
+    live.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == type_ && c["status"] == "True")
+        })
+}
+
+/// Built-in readiness by kind; every other kind is ready once it exists.
+pub fn builtin(kind: &str, live: &Value) -> Result<(), String> {
+    let replicas = |want: &str, have: &str, what: &str| -> Result<(), String> {
+        observed_latest(live)?;
+        let want = int(live, want).unwrap_or(1);
+        let have = int(live, have).unwrap_or(0);
+        if have >= want {
+            Ok(())
+        } else {
+            Err(format!("{have}/{want} {what}"))
+        }
+    };
+    match kind {
+        "Deployment" => {
+            replicas(
+                "/spec/replicas",
+                "/status/updatedReplicas",
+                "replicas updated",
+            )?;
+            replicas("/spec/replicas", "/status/readyReplicas", "replicas ready")
+        }
+        "StatefulSet" => replicas("/spec/replicas", "/status/readyReplicas", "replicas ready"),
+        "DaemonSet" => replicas(
+            "/status/desiredNumberScheduled",
+            "/status/numberReady",
+            "pods ready",
+        ),
+        "Job" if condition_true(live, "Failed") => Err("the Job failed".into()),
+        "Job" if condition_true(live, "Complete") || int(live, "/status/succeeded") >= Some(1) => {
+            Ok(())
+        }
+        "Job" => Err("the Job has not completed".into()),
+        "Service" if live.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer") => {
+            let ingress = live
+                .pointer("/status/loadBalancer/ingress")
+                .and_then(Value::as_array);
+            if ingress.is_some_and(|i| !i.is_empty()) {
+                Ok(())
+            } else {
+                Err("the load balancer has no address yet".into())
+            }
+        }
+        "PersistentVolumeClaim" => match live.pointer("/status/phase").and_then(Value::as_str) {
+            Some("Bound") => Ok(()),
+            other => Err(format!("the claim is {}", other.unwrap_or("not bound"))),
+        },
+        _ => Ok(()),
+    }
+}
+
+/// Whether `child` is ready, given its live object; Err says why not.
+pub fn child_ready(
+    rule: &CompiledRule,
+    child: &CompiledChild,
+    scope: &Scope,
+    live: &Value,
+) -> Result<(), String> {
+    let Some(e) = &child.ready_when else {
+        return builtin(&child.kind, live);
+    };
+    let mut vars: std::collections::BTreeMap<String, minijinja::Value> = scope
+        .ctx
+        .try_iter()
+        .into_iter()
+        .flatten()
+        .filter_map(|k| {
+            let v = scope.ctx.get_item(&k).ok()?;
+            Some((k.as_str()?.to_string(), v))
+        })
+        .collect();
+    vars.insert(
+        "child".into(),
+        minijinja::Value::from(minijinja::value::Serde(live)),
+    );
+    match rule.program.eval(e, &minijinja::Value::from(vars)) {
+        Ok(v) if v.is_true() => Ok(()),
+        Ok(_) => Err(format!("readyWhen `{}` is false", e.source)),
+        Err(x) => Err(format!("readyWhen: {}", jinja_reason(&x))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_deployment_is_ready_when_its_controller_saw_it_and_every_replica_is_ready() {
+        let d = |generation: i64, seen: i64, updated: i64, ready: i64| {
+            json!({"metadata": {"generation": generation}, "spec": {"replicas": 3},
+                "status": {"observedGeneration": seen, "updatedReplicas": updated, "readyReplicas": ready}})
+        };
+        assert_eq!(builtin("Deployment", &d(2, 2, 3, 3)), Ok(()));
+        assert_eq!(
+            builtin("Deployment", &d(2, 2, 3, 1)),
+            Err("1/3 replicas ready".into())
+        );
+        assert!(
+            builtin("Deployment", &d(3, 2, 3, 3))
+                .unwrap_err()
+                .contains("generation 3")
+        );
+        assert_eq!(
+            builtin("Deployment", &d(2, 2, 1, 3)),
+            Err("1/3 replicas updated".into())
+        );
+    }
+
+    #[test]
+    fn jobs_load_balancers_and_claims_have_their_own_readiness() {
+        let job =
+            |cond: &str| json!({"status": {"conditions": [{"type": cond, "status": "True"}]}});
+        assert_eq!(builtin("Job", &job("Complete")), Ok(()));
+        assert_eq!(builtin("Job", &job("Failed")), Err("the Job failed".into()));
+        assert!(builtin("Job", &json!({"status": {}})).is_err());
+        let lb = json!({"spec": {"type": "LoadBalancer"}, "status": {"loadBalancer": {}}});
+        assert!(builtin("Service", &lb).is_err());
+        let lb = json!({"spec": {"type": "LoadBalancer"}, "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}});
+        assert_eq!(builtin("Service", &lb), Ok(()));
+        assert_eq!(
+            builtin("Service", &json!({"spec": {"type": "ClusterIP"}})),
+            Ok(())
+        );
+        assert_eq!(
+            builtin(
+                "PersistentVolumeClaim",
+                &json!({"status": {"phase": "Pending"}})
+            ),
+            Err("the claim is Pending".into())
+        );
+        assert_eq!(builtin("ConfigMap", &json!({})), Ok(()));
+    }
+}
