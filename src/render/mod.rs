@@ -55,8 +55,10 @@ pub enum RenderError {
     #[error("spec is not an object")]
     SpecNotObject,
     /// A template or expression failed for this custom resource.
-    #[error("child `{child}`, field `{field}`: {reason}")]
+    #[error("{at}: child `{child}`, field `{field}`: {reason}")]
     Eval {
+        /// `file:line` of the template or expression in the rules file.
+        at: String,
         child: String,
         field: String,
         reason: String,
@@ -133,7 +135,8 @@ pub fn render_child(
     child: &CompiledChild,
     scope: &Scope,
 ) -> Result<Option<Rendered>, RenderError> {
-    let eval_err = |at: &str, e: minijinja::Error| RenderError::Eval {
+    let eval_err = |at: &str, line: usize, e: minijinja::Error| RenderError::Eval {
+        at: place(rule, line),
         child: child.id.clone(),
         field: field_of(at),
         reason: jinja_reason(&e),
@@ -142,7 +145,7 @@ pub fn render_child(
         let v = rule
             .program
             .eval(w, &scope.ctx)
-            .map_err(|e| eval_err(&w.at, e))?;
+            .map_err(|e| eval_err(&w.at, w.line, e))?;
         if !v.is_true() {
             return Ok(None);
         }
@@ -151,6 +154,7 @@ pub fn render_child(
     normalize(&mut object);
     let Some(obj) = object.as_object_mut() else {
         return Err(RenderError::Eval {
+            at: place(rule, child.at.line),
             child: child.id.clone(),
             field: String::new(),
             reason: "template did not give an object".into(),
@@ -211,6 +215,7 @@ pub fn render_child(
     let size = bytes.len();
     if size > crate::rules::program::MAX_OBJECT_BYTES {
         return Err(RenderError::Eval {
+            at: place(rule, child.at.line),
             child: child.id.clone(),
             field: String::new(),
             reason: format!(
@@ -237,6 +242,11 @@ pub fn render_child(
         object,
         hash,
     }))
+}
+
+/// `file:line` in the rule's file.
+fn place(rule: &CompiledRule, line: usize) -> String {
+    format!("{}:{line}", rule.at.file.display())
 }
 
 /// A short stable hash of a JSON value.
@@ -268,7 +278,8 @@ fn eval_node(
     node: &Node,
     scope: &Scope,
 ) -> Result<Value, RenderError> {
-    let err = |at: &str, reason: String| RenderError::Eval {
+    let err = |at: &str, line: usize, reason: String| RenderError::Eval {
+        at: place(rule, line),
         child: child.id.clone(),
         field: field_of(at),
         reason,
@@ -279,23 +290,29 @@ fn eval_node(
             let v = rule
                 .program
                 .eval(e, &scope.ctx)
-                .map_err(|x| err(&e.at, jinja_reason(&x)))?;
+                .map_err(|x| err(&e.at, e.line, jinja_reason(&x)))?;
             if v.is_undefined() {
                 return Err(err(
                     &e.at,
+                    e.line,
                     format!(
                         "`{}` is undefined for this resource; give it a value or write `{} | default(...)`",
                         e.source, e.source
                     ),
                 ));
             }
-            serde_json::to_value(&v)
-                .map_err(|x| err(&e.at, format!("value cannot be written as JSON: {x}")))?
+            serde_json::to_value(&v).map_err(|x| {
+                err(
+                    &e.at,
+                    e.line,
+                    format!("value cannot be written as JSON: {x}"),
+                )
+            })?
         }
         Node::Text(t) => Value::String(
             rule.program
                 .render(t, &scope.ctx)
-                .map_err(|x| err(&t.at, jinja_reason(&x)))?,
+                .map_err(|x| err(&t.at, t.line, jinja_reason(&x)))?,
         ),
         Node::Map(entries) => {
             let mut m = Map::with_capacity(entries.len());
@@ -305,7 +322,7 @@ fn eval_node(
                     Key::Text(t) => rule
                         .program
                         .render(t, &scope.ctx)
-                        .map_err(|x| err(&t.at, jinja_reason(&x)))?,
+                        .map_err(|x| err(&t.at, t.line, jinja_reason(&x)))?,
                 };
                 let value = eval_node(rule, child, v, scope)?;
                 if !value.is_null() {

@@ -207,6 +207,15 @@ fn an_undefined_value_is_an_error_that_names_the_child_and_field() {
     assert!(e.contains("child `deployment`"), "{e}");
     assert!(e.contains("spec.template.spec.containers[0].image"), "{e}");
     assert!(e.contains("undefined"), "{e}");
+    let line = include_str!("../../rules/website.yaml")
+        .lines()
+        .position(|l| l.contains("image: \"{{ spec.image }}\""))
+        .unwrap()
+        + 1;
+    assert!(
+        e.starts_with(&format!("test.yaml:{line}: ")),
+        "the file and line of the template: {e}"
+    );
 }
 
 #[test]

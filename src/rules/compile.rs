@@ -306,6 +306,7 @@ impl Compiler<'_> {
         let r = ExprRef {
             index: self.exprs.len(),
             at: path.into(),
+            line: self.lines.line(path),
             source: source.into(),
         };
         self.exprs.push(source.into());
@@ -326,6 +327,7 @@ impl Compiler<'_> {
                 let r = TextRef {
                     name,
                     at: path.into(),
+                    line: self.lines.line(path),
                 };
                 self.text_refs
                     .push((r.clone(), child.map(str::to_string), source.into()));

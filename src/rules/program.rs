@@ -22,6 +22,8 @@ pub struct ExprRef {
     pub(crate) index: usize,
     /// Dotted path inside the rule, e.g. `children[0].template.spec.replicas`.
     pub at: Arc<str>,
+    /// Its line in the rules file.
+    pub line: usize,
     pub source: Arc<str>,
 }
 
@@ -30,6 +32,8 @@ pub struct ExprRef {
 pub struct TextRef {
     pub(crate) name: Arc<str>,
     pub at: Arc<str>,
+    /// Its line in the rules file.
+    pub line: usize,
 }
 
 type Expressions<'env> = Vec<Expression<'env, 'static>>;
