@@ -100,6 +100,10 @@ struct RenderArgs {
     /// A YAML stream of live children (as `kubectl get -o yaml` prints them): also prints the status.
     #[arg(long)]
     observed: Option<PathBuf>,
+    /// CRD files (repeat for more): the watched kind's defaults are applied to the custom
+    /// resources first, as the API server would.
+    #[arg(long)]
+    crd: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -107,6 +111,10 @@ struct CheckArgs {
     /// A rules file or directory (repeat for more).
     #[arg(long, required = true)]
     rules: Vec<PathBuf>,
+    /// CRD files of the watched kinds (repeat for more): every `spec.…` a rule reads must
+    /// be a field of its CRD (or of the rule's `defaults`).
+    #[arg(long)]
+    crd: Vec<PathBuf>,
 }
 
 /// Entry point of the binary.
@@ -165,7 +173,13 @@ fn print_errors(errors: &[LoadError]) {
 }
 
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let (loaded, errors) = rules::load_paths(&args.rules);
+    let (loaded, mut errors) = rules::load_paths(&args.rules);
+    let crds = read_crds(&args.crd)?;
+    for r in &loaded {
+        if let Some(schema) = rules::crd::schema_for(r, &crds) {
+            errors.extend(rules::crd::check_spec_fields(r, schema));
+        }
+    }
     print_errors(&errors);
     for r in &loaded {
         let w = &r.watch;
@@ -200,10 +214,7 @@ fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
         print_errors(&errors);
         return Ok(ExitCode::FAILURE);
     }
-    let mut crds = Vec::new();
-    for f in &args.crd {
-        crds.extend(read_objects(f)?);
-    }
+    let crds = read_crds(&args.crd)?;
     let target = crate::rbac::Target {
         name: args.name,
         service_account: args.service_account,
@@ -220,6 +231,27 @@ fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
         out!("---\n{}", serde_yaml::to_string(&m)?);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Reads CRDs from files and directories (every `*.yaml`/`*.yml` in them).
+fn read_crds(paths: &[PathBuf]) -> anyhow::Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("reading {}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                .collect();
+            files.sort();
+            for f in files {
+                out.extend(read_objects(&f)?);
+            }
+        } else {
+            out.extend(read_objects(p)?);
+        }
+    }
+    Ok(out)
 }
 
 /// Reads a YAML stream of objects.
@@ -303,9 +335,16 @@ fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
         Some(p) => Some(read_objects(p)?),
         None => None,
     };
+    let crds = read_crds(&args.crd)?;
     let mut failed = false;
     for cr in &crs {
         let rule = pick_rule(&loaded, args.rule.as_deref(), cr)?;
+        // The CRD's defaults first, as the API server applies them when it stores the resource.
+        let mut defaulted = cr.clone();
+        if let Some(schema) = rules::crd::schema_for(rule, &crds) {
+            rules::crd::apply_defaults(&mut defaulted, schema);
+        }
+        let cr = &defaulted;
         let children = match render::render(rule, cr) {
             Ok(c) => c,
             Err(e) => {

@@ -166,3 +166,80 @@ fn text_logs_carry_no_colour_codes_when_not_on_a_terminal() {
     assert!(stderr.contains("bad-yaml.yaml"), "{stderr}");
     assert!(!stderr.contains('\x1b'), "ANSI codes in a pipe: {stderr:?}");
 }
+
+#[test]
+fn check_with_the_crd_refuses_a_spec_field_the_crd_does_not_have() {
+    let (code, stdout, stderr) = ruleop(&["check", "--rules", "rules/", "--crd", "deploy/crds/"]);
+    assert_eq!(
+        code, 0,
+        "the shipped rules read only their CRDs' fields: {stdout}{stderr}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let rule = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/website.yaml"))
+        .unwrap()
+        .replace("{{ spec.replicas }}", "{{ spec.replcias }}");
+    let file = dir.path().join("website.yaml");
+    std::fs::write(&file, &rule).unwrap();
+    let line = rule
+        .lines()
+        .position(|l| l.contains("spec.replcias"))
+        .unwrap()
+        + 1;
+    let (code, _, stderr) = ruleop(&[
+        "check",
+        "--rules",
+        file.to_str().unwrap(),
+        "--crd",
+        "deploy/crds/websites.sre.example.com.yaml",
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "website.yaml:{line}: rule `website`, child `deployment`"
+        )) && stderr.contains("did you mean `replicas`?"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn render_with_the_crd_applies_its_defaults_first() {
+    let dir = tempfile::tempdir().unwrap();
+    // The rule without its own defaults: only the CRD's can fill spec.replicas.
+    let rule = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/website.yaml"))
+        .unwrap()
+        .replace(
+            "defaults:\n  replicas: 2\n  port: 80\n  serviceType: ClusterIP\n",
+            "",
+        );
+    let file = dir.path().join("website.yaml");
+    std::fs::write(&file, &rule).unwrap();
+    let cr = dir.path().join("cr.yaml");
+    std::fs::write(
+        &cr,
+        "apiVersion: sre.example.com/v1alpha1\nkind: WebSite\nmetadata: {name: a, namespace: n}\nspec: {image: nginx}\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = ruleop(&[
+        "render",
+        "--rules",
+        file.to_str().unwrap(),
+        cr.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        code, 1,
+        "without the CRD, spec.replicas is undefined: {stderr}"
+    );
+    let (code, stdout, stderr) = ruleop(&[
+        "render",
+        "--rules",
+        file.to_str().unwrap(),
+        "--crd",
+        "deploy/crds/websites.sre.example.com.yaml",
+        cr.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("replicas: 2") && stdout.contains("type: ClusterIP"),
+        "{stdout}"
+    );
+}

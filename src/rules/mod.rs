@@ -3,6 +3,7 @@
 
 pub mod book;
 pub mod compile;
+pub mod crd;
 pub mod error;
 pub mod helpers;
 pub mod lines;

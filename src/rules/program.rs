@@ -131,6 +131,24 @@ impl Program {
             .unwrap_or_default()
     }
 
+    /// The dotted paths an expression reads (`spec.replicas`), as far as they are static.
+    pub fn expression_paths(&self, e: &ExprRef) -> Vec<String> {
+        self.cell
+            .borrow_dependent()
+            .get(e.index)
+            .map(|x| x.undeclared_variables(true).into_iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// The dotted paths a text template reads.
+    pub fn template_paths(&self, t: &TextRef) -> Vec<String> {
+        self.cell
+            .borrow_owner()
+            .get_template(&t.name)
+            .map(|x| x.undeclared_variables(true).into_iter().collect())
+            .unwrap_or_default()
+    }
+
     /// Variables a text template reads that are not in its context.
     pub fn template_variables(&self, t: &TextRef) -> Vec<String> {
         self.cell
