@@ -88,6 +88,12 @@ fn check_reports_each_broken_file_with_file_rule_child_and_line() {
             "unknown filter `upperr`",
         ),
         (
+            "unquoted-template.yaml:9:",
+            "rule `unquoted-template`",
+            Some("child `cm`"),
+            "an unquoted `{{ ... }}` is a YAML map, not a template",
+        ),
+        (
             "same-watch.yaml:4:",
             "rule `same-watch-b`",
             None,
@@ -110,7 +116,8 @@ fn check_reports_each_broken_file_with_file_rule_child_and_line() {
         stderr.contains("fix: did you mean `Deployment`?"),
         "{stderr}"
     );
-    assert!(stdout.contains("1 rule(s) ok, 11 error(s)"), "{stdout}");
+    assert!(stdout.contains("1 rule(s) ok, 12 error(s)"), "{stdout}");
+    assert!(stderr.contains("fix: quote the template"), "{stderr}");
     assert!(stderr.contains("fix: did you mean `upper`?"), "{stderr}");
 }
 

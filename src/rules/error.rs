@@ -109,7 +109,9 @@ fn rule_prefix(rule: &Option<String>, child: &Option<String>) -> String {
 }
 
 fn fix_for(message: &str) -> &'static str {
-    if message.contains("unknown field") {
+    if message.contains("an unquoted `{{ ... }}`") {
+        "quote the template: `name: \"{{ name }}\"`"
+    } else if message.contains("unknown field") {
         "remove or correct the field; the README's rules reference lists every field"
     } else if message.contains("missing field") {
         "add the field; the README's rules reference lists what each part needs"

@@ -188,6 +188,16 @@ pub fn load_str(text: &str, path: &Path) -> (Vec<Arc<CompiledRule>>, Vec<LoadErr
                     .next()
                     .and_then(|p| lines.child_id(p))
                     .map(str::to_string);
+                // `name: {{ name }}` unquoted is a YAML map, not a template: say so.
+                let unquoted = text
+                    .lines()
+                    .nth(line.saturating_sub(1))
+                    .is_some_and(|l| l.contains("{{") && !l.contains("\"{{") && !l.contains("'{{"));
+                let message = if unquoted && message.contains("invalid type: map") {
+                    format!("{message} (an unquoted `{{{{ ... }}}}` is a YAML map, not a template)")
+                } else {
+                    message
+                };
                 errors.push(LoadError::Syntax {
                     path: path.to_path_buf(),
                     line,
