@@ -17,6 +17,22 @@ pub struct Scope {
     pub owner: Option<Value>,
 }
 
+impl Scope {
+    /// The variables one by one, to extend with more (status expressions add `status`,
+    /// `children`, `self`; a child's `readyWhen` adds `child`).
+    pub fn vars<B: FromIterator<(String, minijinja::Value)>>(&self) -> B {
+        self.ctx
+            .try_iter()
+            .into_iter()
+            .flatten()
+            .filter_map(|k| {
+                let v = self.ctx.get_item(&k).ok()?;
+                Some((k.as_str()?.to_string(), v))
+            })
+            .collect()
+    }
+}
+
 /// Merges `defaults` under `spec`: what the custom resource sets wins, maps merge deeply.
 pub fn merge_defaults(
     defaults: &Map<String, Value>,

@@ -46,16 +46,7 @@ pub fn compute(
     // The template values every expression sees, made once: the scope's, then `children`
     // and `self` only if an expression reads them (they are whole objects); `status` is
     // added per expression, as it grows field by field.
-    let mut base: Vec<(String, minijinja::Value)> = scope
-        .ctx
-        .try_iter()
-        .into_iter()
-        .flatten()
-        .filter_map(|k| {
-            let v = scope.ctx.get_item(&k).ok()?;
-            Some((k.as_str()?.to_string(), v))
-        })
-        .collect();
+    let mut base: Vec<(String, minijinja::Value)> = scope.vars();
     if rule.status_reads.contains("children") {
         let children: Map<String, Value> = rule
             .children

@@ -93,16 +93,7 @@ pub fn child_ready(
     let Some(e) = &child.ready_when else {
         return builtin(&child.kind, live);
     };
-    let mut vars: std::collections::BTreeMap<String, minijinja::Value> = scope
-        .ctx
-        .try_iter()
-        .into_iter()
-        .flatten()
-        .filter_map(|k| {
-            let v = scope.ctx.get_item(&k).ok()?;
-            Some((k.as_str()?.to_string(), v))
-        })
-        .collect();
+    let mut vars: std::collections::BTreeMap<String, minijinja::Value> = scope.vars();
     vars.insert(
         "child".into(),
         minijinja::Value::from(minijinja::value::Serde(live)),
