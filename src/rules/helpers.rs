@@ -1,6 +1,7 @@
 //! Helpers a template author expects, as filters: hashing (`sha256`, for checksums that
 //! roll pods when a config changes), `b64encode`/`b64decode`, `toyaml`/`fromyaml` and
-//! `fromjson` (minijinja has `tojson`). And the load-time check that every filter and
+//! `fromjson` (minijinja has `tojson`), and `prepend`/`append` for mapping a list
+//! (`spec.hosts | map('prepend', 'https://') | list`). And the load-time check that every filter and
 //! test a template names exists, so `| upperr` fails `ruleop check`, not a render.
 
 use base64::Engine;
@@ -150,8 +151,22 @@ fn fromjson(s: &str) -> Result<JinjaValue, Error> {
     Ok(JinjaValue::from(minijinja::value::Serde(&v)))
 }
 
+fn text_of(v: &JinjaValue) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+}
+
+fn prepend(v: JinjaValue, before: &str) -> String {
+    format!("{before}{}", text_of(&v))
+}
+
+fn append(v: JinjaValue, after: &str) -> String {
+    format!("{}{after}", text_of(&v))
+}
+
 /// Adds the helpers to `env`.
 pub fn add_to(env: &mut Environment<'static>) {
+    env.add_filter("prepend", prepend);
+    env.add_filter("append", append);
     env.add_filter("sha256", sha256);
     env.add_filter("b64encode", b64encode);
     env.add_filter("b64decode", b64decode);
@@ -346,6 +361,20 @@ mod tests {
                 .eval(())
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_list_maps_to_urls_with_prepend_and_append() {
+        let v = eval(
+            "hosts | map('prepend', 'https://') | map('append', '/') | list",
+            serde_json::json!({"hosts": ["a.example.com", "b.example.com"]}),
+        );
+        assert_eq!(
+            serde_json::to_value(&v).unwrap(),
+            serde_json::json!(["https://a.example.com/", "https://b.example.com/"])
+        );
+        let port = eval("8080 | prepend(':')", serde_json::json!({}));
+        assert_eq!(port.as_str(), Some(":8080"));
     }
 
     #[test]
