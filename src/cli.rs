@@ -175,9 +175,15 @@ fn print_errors(errors: &[LoadError]) {
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let (loaded, mut errors) = rules::load_paths(&args.rules);
     let crds = read_crds(&args.crd)?;
-    for r in &loaded {
-        if let Some(schema) = rules::crd::schema_for(r, &crds) {
-            errors.extend(rules::crd::check_spec_fields(r, schema));
+    for r in loaded.iter().filter(|_| !crds.is_empty()) {
+        match rules::crd::schema_for(r, &crds) {
+            Some(schema) => errors.extend(rules::crd::check_spec_fields(r, schema)),
+            None => eprintln!(
+                "note: rule `{}`: no CRD given serves {} {}; its spec fields were not checked",
+                r.name,
+                r.watch.api_version(),
+                r.watch.resource
+            ),
         }
     }
     print_errors(&errors);

@@ -17,6 +17,8 @@ pub const FILTERS: &[&str] = &[
     "toyaml",
     "fromyaml",
     "fromjson",
+    "prepend",
+    "append",
 ];
 
 /// minijinja's built-in filters and tests (for "did you mean").
@@ -399,5 +401,6 @@ mod tests {
         assert!(!known(&env, "definedd", true));
         assert_eq!(closest("upperr", false), Some("upper"));
         assert_eq!(closest("sha265", false), Some("sha256"));
+        assert_eq!(closest("prepand", false), Some("prepend"));
     }
 }
