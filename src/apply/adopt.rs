@@ -72,13 +72,19 @@ fn is_our_apply(e: &Value, manager: &str) -> bool {
         && is_main_resource(e)
 }
 
+/// `manager`'s `Update` entry on the main resource: what its `POST` (a create) made.
+pub fn is_create_entry(e: &Value, manager: &str) -> bool {
+    e.get("manager").and_then(Value::as_str) == Some(manager)
+        && e.get("operation").and_then(Value::as_str) == Some("Update")
+        && is_main_resource(e)
+}
+
 /// ruleop's own create entry, or the entry that set `controller_uid`'s ownerReference.
 fn moves(e: &Value, manager: &str, controller_uid: Option<&str>) -> bool {
     if is_our_apply(e, manager) || !is_main_resource(e) {
         return false;
     }
-    let ours = e.get("manager").and_then(Value::as_str) == Some(manager)
-        && e.get("operation").and_then(Value::as_str) == Some("Update");
+    let ours = is_create_entry(e, manager);
     let set_the_controller = controller_uid.is_some_and(|uid| {
         e.pointer("/fieldsV1/f:metadata/f:ownerReferences")
             .and_then(Value::as_object)

@@ -62,13 +62,7 @@ pub async fn create(
 pub fn has_create_entry(live: &Value) -> bool {
     live.pointer("/metadata/managedFields")
         .and_then(Value::as_array)
-        .is_some_and(|m| {
-            m.iter().any(|e| {
-                e.get("manager").and_then(Value::as_str) == Some(FIELD_MANAGER)
-                    && e.get("operation").and_then(Value::as_str) == Some("Update")
-                    && e.get("subresource").is_none()
-            })
-        })
+        .is_some_and(|m| m.iter().any(|e| adopt::is_create_entry(e, FIELD_MANAGER)))
 }
 
 /// What the watch cache keeps of an object's managedFields: only ruleop's `Update`

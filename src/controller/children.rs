@@ -49,6 +49,17 @@ pub struct Round {
     pub transient: Option<ApplyError>,
 }
 
+impl Round {
+    /// Books a failed write or delete: a refusal as a problem, anything else as the
+    /// round's passing fault (the first one is kept).
+    fn fail(&mut self, e: ApplyError) {
+        match refused(&e) {
+            Some(p) => self.problems.push(p),
+            None => self.transient = self.transient.take().or(Some(e)),
+        }
+    }
+}
+
 fn refused(e: &ApplyError) -> Option<Problem> {
     let class = e.refusal()?;
     Some(Problem {
@@ -82,10 +93,9 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, cr_uid: &str, children: &[Rende
     // resource are independent, and a reconcile is mostly waiting on the API server.
     let mut pending = Vec::new();
     for c in children {
-        let Some(i) = ctx.rule.children.iter().position(|x| x.id == c.id) else {
+        let Some((i, kind)) = ctx.child(&c.id) else {
             continue;
         };
-        let kind = &ctx.kinds[ctx.child_kind[i]];
         let oref = ObjectRef::new_with(&c.name, kind.resolved.resource.clone()).within(ns);
         let live = kind
             .store
@@ -151,10 +161,7 @@ fn record(
             return;
         }
         Err(e) => {
-            match refused(&e) {
-                Some(p) => round.problems.push(p),
-                None => round.transient = round.transient.take().or(Some(e)),
-            }
+            round.fail(e);
             // The status still reports what is there.
             if let Some(live) = live {
                 round.observed.insert(c.id.clone(), live);
@@ -170,8 +177,8 @@ fn record(
     // An apply that changed nothing (the server keeps `500m` where we sent `0.5`) is no
     // write: no metric, no Event; the memo keeps the next reconcile from sending it again.
     let changed = live_rv != Some(rv.as_str());
-    let canonical =
-        apply::canonical_hash(&c.object, &serde_json::to_value(&obj).unwrap_or_default());
+    let obj = serde_json::to_value(&obj).unwrap_or_default();
+    let canonical = apply::canonical_hash(&c.object, &obj);
     ctx.memo
         .put(key, Written::now(c.hash.clone(), rv, canonical));
     if changed {
@@ -181,9 +188,7 @@ fn record(
             .applied
             .push((reason, format!("{} {}", c.kind, c.name)));
     }
-    if let Ok(v) = serde_json::to_value(&obj) {
-        round.observed.insert(c.id.clone(), v);
-    }
+    round.observed.insert(c.id.clone(), obj);
 }
 
 /// Deletes the children this resource owns that are no longer rendered (only its own:
@@ -221,15 +226,9 @@ pub async fn prune_children(
             }
             let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, ar);
             let name = o.name_any();
-            match apply::prune(&api, ar, &name, o.uid()).await {
-                Ok(()) => {}
-                Err(e) => {
-                    match refused(&e) {
-                        Some(p) => round.problems.push(p),
-                        None => round.transient = round.transient.take().or(Some(e)),
-                    }
-                    continue;
-                }
+            if let Err(e) = apply::prune(&api, ar, &name, o.uid()).await {
+                round.fail(e);
+                continue;
             }
             let child = o.labels().get(CHILD_LABEL).cloned().unwrap_or_default();
             ctx.metrics.write(&ctx.rule.name, "prune");

@@ -9,6 +9,7 @@ pub mod inventory;
 pub mod leader;
 pub mod owners;
 pub mod reconcile;
+pub mod relist;
 pub mod reload;
 pub mod runner;
 pub mod supervisor;

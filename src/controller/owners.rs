@@ -6,6 +6,7 @@
 //! the watch events the reflector stores, including a re-list (`Init` … `InitDone`), after
 //! which it holds exactly the listed objects, as the store does.
 
+use super::relist::Relist;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
@@ -21,8 +22,6 @@ struct Inner {
     by_owner: HashMap<String, HashSet<ChildName>>,
     /// Child → its owner uid (to move or drop it when it changes).
     owner_of: HashMap<ChildName, String>,
-    /// The objects of a re-list in progress; swapped in at `InitDone`.
-    relist: Option<Vec<(ChildName, String)>>,
 }
 
 impl Inner {
@@ -53,6 +52,8 @@ impl Inner {
 #[derive(Default)]
 pub struct OwnerIndex {
     inner: Mutex<Inner>,
+    /// The objects of a re-list in progress; swapped in at `InitDone`.
+    relist: Relist<(ChildName, String)>,
 }
 
 /// The uid of the object's controller (the ownerReference with `controller: true`).
@@ -72,24 +73,20 @@ fn name_of(o: &DynamicObject) -> ChildName {
 impl OwnerIndex {
     /// Follows one watch event.
     pub fn observe(&self, ev: &Event<DynamicObject>) {
+        let listed = self.relist.observe(ev, |o| {
+            controller_uid(o).map(|uid| (name_of(o), uid.to_string()))
+        });
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         match ev {
             Event::Apply(o) => inner.insert(name_of(o), controller_uid(o).map(str::to_string)),
             Event::Delete(o) => inner.remove(&name_of(o)),
-            Event::Init => inner.relist = Some(Vec::new()),
-            Event::InitApply(o) => {
-                if let Some(uid) = controller_uid(o) {
-                    let entry = (name_of(o), uid.to_string());
-                    inner.relist.get_or_insert_with(Vec::new).push(entry);
-                }
-            }
-            Event::InitDone => {
-                let listed = inner.relist.take().unwrap_or_default();
-                inner.by_owner.clear();
-                inner.owner_of.clear();
-                for (child, uid) in listed {
-                    inner.insert(child, Some(uid));
-                }
+            Event::Init | Event::InitApply(_) | Event::InitDone => {}
+        }
+        if let Some(listed) = listed {
+            inner.by_owner.clear();
+            inner.owner_of.clear();
+            for (child, uid) in listed {
+                inner.insert(child, Some(uid));
             }
         }
     }

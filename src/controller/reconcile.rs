@@ -118,7 +118,12 @@ impl Sync {
 const RETRY_INVALID: Duration = Duration::from_secs(300);
 
 fn key_of(cr: &DynamicObject) -> String {
-    format!("{}/{}", cr.namespace().unwrap_or_default(), cr.name_any())
+    failure_key(&cr.namespace().unwrap_or_default(), &cr.name_any())
+}
+
+/// The key of a custom resource in the per-resource failure counts.
+pub(super) fn failure_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
 }
 
 /// The backoff after `n` consecutive failures: 0.5 s doubling up to 5 minutes.
@@ -183,13 +188,8 @@ fn truncate(mut s: String, max: usize) -> String {
 /// Called by the controller when [`reconcile`] fails.
 pub fn error_policy(cr: Arc<DynamicObject>, err: &ReconcileError, ctx: Arc<Ctx>) -> Action {
     ctx.metrics.error(&ctx.rule.name, err.category());
-    let n = {
-        let mut f = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = f.entry(key_of(&cr)).or_insert(0);
-        *n += 1;
-        *n
-    };
-    let delay = backoff(n.saturating_sub(1));
+    let n = count_failure(&ctx, &cr);
+    let delay = backoff(n - 1);
     tracing::warn!(rule = %ctx.rule.name, object = %key_of(&cr), error = %err, attempt = n, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
     Action::requeue(delay)
 }
@@ -205,12 +205,17 @@ fn failures_of(ctx: &Ctx, cr: &DynamicObject) -> u32 {
         .unwrap_or(0)
 }
 
-/// Counts one more failure of `cr` and gives its backoff.
-fn retry_later(ctx: &Ctx, cr: &DynamicObject) -> Duration {
+/// Counts one more failure of `cr`; gives how many in a row (at least 1).
+fn count_failure(ctx: &Ctx, cr: &DynamicObject) -> u32 {
     let mut f = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
     let n = f.entry(key_of(cr)).or_insert(0);
-    *n += 1;
-    backoff(*n - 1)
+    *n = n.saturating_add(1);
+    *n
+}
+
+/// Counts one more failure of `cr` and gives its backoff.
+fn retry_later(ctx: &Ctx, cr: &DynamicObject) -> Duration {
+    backoff(count_failure(ctx, cr) - 1)
 }
 
 /// Reconciles one custom resource.
@@ -375,11 +380,18 @@ fn publish_applied(ctx: &Ctx, cr: &DynamicObject, applied: &[(&'static str, Stri
     }
 }
 
+impl Ctx {
+    /// The rule's child `id`: its index in the rule and its kind.
+    pub fn child(&self, id: &str) -> Option<(usize, &ChildKind)> {
+        let i = self.rule.children.iter().position(|c| c.id == id)?;
+        Some((i, &self.kinds[self.child_kind[i]]))
+    }
+}
+
 /// A child whose kind is cluster-scoped (known only from discovery) is refused.
 fn scope_problem(ctx: &Ctx, children: &[Rendered]) -> Option<String> {
     children.iter().find_map(|c| {
-        let i = ctx.rule.children.iter().position(|x| x.id == c.id)?;
-        let k = &ctx.kinds[ctx.child_kind[i]];
+        let (_, k) = ctx.child(&c.id)?;
         (!k.resolved.namespaced).then(|| {
             format!("child `{}`: {} is cluster-scoped; children always live in the custom resource's namespace; nothing was created", c.id, c.kind)
         })

@@ -7,6 +7,7 @@ use super::events::EventQueue;
 use super::inventory;
 use super::owners::OwnerIndex;
 use super::reconcile::{ChildKind, Ctx, error_policy, reconcile};
+use super::relist::Relist;
 use crate::apply::{CACHE_LAG_GRACE, Memo, ObjectKey};
 use crate::render::RULE_LABEL;
 use crate::rules::CompiledRule;
@@ -222,30 +223,15 @@ where
     }
 }
 
-/// Keys of the objects a re-list brought (`Init` … `InitDone`), to drop what ruleop kept
-/// about objects that went away while the watch was down (no `Delete` came for them).
-#[derive(Default)]
-struct Relist(Mutex<Option<HashSet<ObjectKey>>>);
-
-impl Relist {
-    /// Follows one event; at `InitDone`, the keys listed.
-    fn observe(
-        &self,
-        ar: &ApiResource,
-        ev: &watcher::Event<DynamicObject>,
-    ) -> Option<HashSet<ObjectKey>> {
-        let mut cur = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match ev {
-            watcher::Event::Init => *cur = Some(HashSet::new()),
-            watcher::Event::InitApply(o) => {
-                cur.get_or_insert_with(HashSet::new)
-                    .insert(ObjectKey::of_object(ar, o));
-            }
-            watcher::Event::InitDone => return Some(cur.take().unwrap_or_default()),
-            _ => {}
-        }
-        None
-    }
+/// The keys of the objects a re-list brought, at its end.
+fn relisted(
+    relist: &Relist<ObjectKey>,
+    ar: &ApiResource,
+    ev: &watcher::Event<DynamicObject>,
+) -> Option<HashSet<ObjectKey>> {
+    relist
+        .observe(ev, |o| Some(ObjectKey::of_object(ar, o)))
+        .map(|keys| keys.into_iter().collect())
 }
 
 /// A deleted child must be recreated, not taken for a lagging cache: its memo goes (and,
@@ -254,9 +240,9 @@ fn forget_gone_children(
     ev: &watcher::Event<DynamicObject>,
     ar: &ApiResource,
     memo: &Memo,
-    relist: &Relist,
+    relist: &Relist<ObjectKey>,
 ) {
-    if let Some(listed) = relist.observe(ar, ev) {
+    if let Some(listed) = relisted(relist, ar, ev) {
         memo.retain(|k, w| listed.contains(k) || w.at.elapsed() < CACHE_LAG_GRACE);
     }
     if let watcher::Event::Delete(o) = ev {
@@ -269,10 +255,10 @@ fn forget_gone_parents(
     ar: &ApiResource,
     status_memo: &Memo<(String, serde_json::Value)>,
     failures: &Mutex<HashMap<String, u32>>,
-    relist: &Relist,
+    relist: &Relist<ObjectKey>,
 ) {
-    let key = |k: &ObjectKey| format!("{}/{}", k.namespace, k.name);
-    if let Some(listed) = relist.observe(ar, ev) {
+    let key = |k: &ObjectKey| super::reconcile::failure_key(&k.namespace, &k.name);
+    if let Some(listed) = relisted(relist, ar, ev) {
         status_memo.retain(|k, _| listed.contains(k));
         let names: HashSet<String> = listed.iter().map(key).collect();
         if let Ok(mut f) = failures.lock() {

@@ -107,6 +107,7 @@ fn unknown_segment<'a>(
 pub fn check_spec_fields(rule: &CompiledRule, schema: &Value) -> Vec<LoadError> {
     let spec = &schema["properties"]["spec"];
     let mut errors = Vec::new();
+    let mut reported = std::collections::HashSet::new();
     for (paths, line, child) in sources(rule) {
         for path in paths.iter().filter(|p| p.starts_with("spec.")) {
             let Some((seg, names)) = unknown_segment(path, spec, &rule.defaults) else {
@@ -122,10 +123,7 @@ pub fn check_spec_fields(rule: &CompiledRule, schema: &Value) -> Vec<LoadError> 
                 None => format!("the CRD has: {}", names.join(", ")),
             };
             let problem = format!("`{path}`: the CRD's spec has no field `{seg}`");
-            if errors
-                .iter()
-                .any(|e: &LoadError| e.to_string().contains(&problem))
-            {
+            if !reported.insert(problem.clone()) {
                 continue;
             }
             errors.push(LoadError::Rule(Box::new(RuleProblem {

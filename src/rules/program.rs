@@ -122,39 +122,42 @@ impl Program {
         Ok(out)
     }
 
-    /// Variables an expression reads that are not in its context (for load-time checks).
-    pub fn expression_variables(&self, e: &ExprRef) -> Vec<String> {
+    /// What an expression reads from its context: variable names, or with `nested` their
+    /// dotted paths (`spec.replicas`) as far as they are static.
+    fn expression_reads(&self, e: &ExprRef, nested: bool) -> Vec<String> {
         self.cell
             .borrow_dependent()
             .get(e.index)
-            .map(|x| x.undeclared_variables(false).into_iter().collect())
+            .map(|x| x.undeclared_variables(nested).into_iter().collect())
             .unwrap_or_default()
+    }
+
+    /// What a text template reads from its context (as [`Program::expression_reads`]).
+    fn template_reads(&self, t: &TextRef, nested: bool) -> Vec<String> {
+        self.cell
+            .borrow_owner()
+            .get_template(&t.name)
+            .map(|x| x.undeclared_variables(nested).into_iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// Variables an expression reads that are not in its context (for load-time checks).
+    pub fn expression_variables(&self, e: &ExprRef) -> Vec<String> {
+        self.expression_reads(e, false)
     }
 
     /// The dotted paths an expression reads (`spec.replicas`), as far as they are static.
     pub fn expression_paths(&self, e: &ExprRef) -> Vec<String> {
-        self.cell
-            .borrow_dependent()
-            .get(e.index)
-            .map(|x| x.undeclared_variables(true).into_iter().collect())
-            .unwrap_or_default()
+        self.expression_reads(e, true)
     }
 
     /// The dotted paths a text template reads.
     pub fn template_paths(&self, t: &TextRef) -> Vec<String> {
-        self.cell
-            .borrow_owner()
-            .get_template(&t.name)
-            .map(|x| x.undeclared_variables(true).into_iter().collect())
-            .unwrap_or_default()
+        self.template_reads(t, true)
     }
 
     /// Variables a text template reads that are not in its context.
     pub fn template_variables(&self, t: &TextRef) -> Vec<String> {
-        self.cell
-            .borrow_owner()
-            .get_template(&t.name)
-            .map(|x| x.undeclared_variables(false).into_iter().collect())
-            .unwrap_or_default()
+        self.template_reads(t, false)
     }
 }
