@@ -94,6 +94,12 @@ fn check_reports_each_broken_file_with_file_rule_child_and_line() {
             "an unquoted `{{ ... }}` is a YAML map, not a template",
         ),
         (
+            "bad-adopt.yaml:5:",
+            "rule `bad-adopt`",
+            Some("child `cm`"),
+            "unknown variant `Always`, expected one of `IfControlled`, `IfOrphan`, `Never`",
+        ),
+        (
             "same-watch.yaml:4:",
             "rule `same-watch-b`",
             None,
@@ -116,7 +122,12 @@ fn check_reports_each_broken_file_with_file_rule_child_and_line() {
         stderr.contains("fix: did you mean `Deployment`?"),
         "{stderr}"
     );
-    assert!(stdout.contains("1 rule(s) ok, 12 error(s)"), "{stdout}");
+    assert!(stdout.contains("1 rule(s) ok, 13 error(s)"), "{stdout}");
+    assert!(stderr.contains("fix: did you mean `spec`?"), "{stderr}");
+    assert!(
+        stderr.contains("fix: write one of the values the message lists"),
+        "{stderr}"
+    );
     assert!(stderr.contains("fix: quote the template"), "{stderr}");
     assert!(stderr.contains("fix: did you mean `upper`?"), "{stderr}");
 }

@@ -840,7 +840,10 @@ fn check_variables(c: &mut Compiler<'_>, p: &Program) {
             &at,
             child.as_deref(),
             format!("unknown variable `{v}`"),
-            format!("use one of: {}", vars.join(", ")),
+            match vars.iter().find(|k| edit_distance(k, &v) <= 2) {
+                Some(k) => format!("did you mean `{k}`?"),
+                None => format!("use one of: {}", vars.join(", ")),
+            },
         );
     }
 }

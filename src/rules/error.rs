@@ -115,7 +115,9 @@ fn fix_for(message: &str) -> &'static str {
         "remove or correct the field; the README's rules reference lists every field"
     } else if message.contains("missing field") {
         "add the field; the README's rules reference lists what each part needs"
-    } else if message.contains("invalid type") || message.contains("unknown variant") {
+    } else if message.contains("unknown variant") {
+        "write one of the values the message lists (they are case-sensitive)"
+    } else if message.contains("invalid type") {
         "give the field a value of the type the README's rules reference names"
     } else if message.contains("recursion limit") || message.contains("repetition limit") {
         "the file nests or repeats too deeply (a YAML bomb?); write it out plainly"
