@@ -351,21 +351,30 @@ fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
             rules::crd::apply_defaults(&mut defaulted, schema);
         }
         let cr = &defaulted;
-        let children = match render::render(rule, cr) {
-            Ok(c) => c,
+        let live_objects = observed.as_deref().unwrap_or_default();
+        let plan = render::scope(rule, cr)
+            .and_then(|s| offline_existing(rule, s, live_objects))
+            .and_then(|s| {
+                let live = |r: &Rendered| find_live(r, live_objects);
+                Ok((render::render_with(rule, &s, &live)?, s))
+            });
+        let (plan, scope) = match plan {
+            Ok(p) => p,
             Err(e) => {
                 eprintln!("error: rule `{}`: {e}", rule.name);
                 failed = true;
                 continue;
             }
         };
-        for c in &children {
+        for c in &plan.children {
             out!("---\n{}", serde_yaml::to_string(&c.object)?);
         }
+        for w in &plan.waiting {
+            eprintln!("note: {}: child `{}` {}", scope.name, w.id, w.reason);
+        }
         if let Some(live) = &observed {
-            let scope = render::scope(rule, cr)?;
-            let by_id = match_observed(&children, live);
-            let report = status::compute(rule, &scope, cr, &by_id);
+            let by_id = match_observed(&plan.children, live);
+            let report = status::compute(rule, &scope, cr, Some(&plan), &by_id);
             let doc = serde_json::json!({
                 "status": report.fields,
                 "ready": report.ready,
@@ -386,18 +395,47 @@ fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Pairs live objects with rendered children by apiVersion, kind and name.
-fn match_observed(children: &[Rendered], live: &[Value]) -> HashMap<String, Value> {
-    let mut out = HashMap::new();
-    for c in children {
-        let found = live.iter().find(|o| {
+/// The live object of a rendered child among `live`, by apiVersion, kind and name.
+fn find_live(c: &Rendered, live: &[Value]) -> Option<Value> {
+    live.iter()
+        .find(|o| {
             o.get("apiVersion").and_then(Value::as_str) == Some(c.api_version.as_str())
                 && o.get("kind").and_then(Value::as_str) == Some(c.kind.as_str())
                 && o.pointer("/metadata/name").and_then(Value::as_str) == Some(c.name.as_str())
-        });
-        if let Some(o) = found {
-            out.insert(c.id.clone(), o.clone());
-        }
-    }
-    out
+        })
+        .cloned()
+}
+
+/// Pairs live objects with rendered children (by instance: `id`, or `id[index]`).
+fn match_observed(children: &[Rendered], live: &[Value]) -> HashMap<String, Value> {
+    children
+        .iter()
+        .filter_map(|c| Some((c.instance(), find_live(c, live)?)))
+        .collect()
+}
+
+/// The rule's existing objects, found among the `--observed` objects (those of the
+/// resource's namespace, or with none given).
+fn offline_existing(
+    rule: &CompiledRule,
+    scope: render::Scope,
+    live: &[Value],
+) -> Result<render::Scope, render::RenderError> {
+    let lookups = render::lookups(rule, &scope)?;
+    let found = rule
+        .existing
+        .iter()
+        .zip(&lookups)
+        .map(|(e, lookup)| {
+            let candidates = live.iter().filter(|o| {
+                o.get("apiVersion").and_then(Value::as_str) == Some(e.api_version.as_str())
+                    && o.get("kind").and_then(Value::as_str) == Some(e.kind.as_str())
+                    && o.pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .is_none_or(|ns| ns == scope.namespace)
+            });
+            render::found(&e.kind, lookup, candidates.cloned())
+        })
+        .collect();
+    Ok(scope.with_existing(rule, found))
 }

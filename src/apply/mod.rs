@@ -319,6 +319,7 @@ mod tests {
             namespace: "ns".into(),
             object,
             hash,
+            item: None,
         }
     }
 

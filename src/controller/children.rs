@@ -4,10 +4,10 @@
 //! no longer rendered that are ours. Every problem is collected, not returned early, so
 //! the status is written whatever happened.
 
-use super::reconcile::{Ctx, event};
+use super::reconcile::{ChildKind, Ctx, event};
 use crate::apply::{self, ApplyError, Claim, ObjectKey, Outcome, Refusal, Verdict, Written};
 use crate::controller::owners::controller_uid;
-use crate::render::{CHILD_LABEL, Rendered, group_of};
+use crate::render::{CHILD_LABEL, Plan, Rendered, group_of};
 use kube::api::{Api, DynamicObject};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -124,7 +124,7 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, cr_uid: &str, children: &[Rende
         } else {
             round.cache_behind |= apply::cache_behind(live.as_ref(), last.as_ref());
             if let Some(live) = live {
-                round.observed.insert(c.id.clone(), live);
+                round.observed.insert(c.instance(), live);
             }
         }
     }
@@ -164,7 +164,7 @@ fn record(
             round.fail(e);
             // The status still reports what is there.
             if let Some(live) = live {
-                round.observed.insert(c.id.clone(), live);
+                round.observed.insert(c.instance(), live);
             }
             return;
         }
@@ -188,19 +188,57 @@ fn record(
             .applied
             .push((reason, format!("{} {}", c.kind, c.name)));
     }
-    round.observed.insert(c.id.clone(), obj);
+    round.observed.insert(c.instance(), obj);
 }
 
-/// Deletes the children this resource owns that are no longer rendered (only its own:
-/// its controller ownerReference and the rule's label, which the cache selects on).
+/// The cached objects this resource controls of child kind `kind` (only its own: its
+/// controller ownerReference and the rule's label, which the cache selects on).
+fn owned(kind: &ChildKind, ns: &str, uid: &str) -> Vec<Arc<DynamicObject>> {
+    let ar = &kind.resolved.resource;
+    kind.owners
+        .children_of(uid)
+        .into_iter()
+        .filter(|(child_ns, _)| child_ns == ns)
+        .filter_map(|(child_ns, name)| {
+            kind.store
+                .get(&ObjectRef::new_with(&name, ar.clone()).within(&child_ns))
+        })
+        .filter(|o| controller_uid(o) == Some(uid))
+        .collect()
+}
+
+/// The live objects of the children that wait (they are not rendered, so not looked up
+/// by name): the status still reports what is there. A collection's objects are not
+/// matched to items while it waits.
+pub fn observe_waiting(ctx: &Ctx, ns: &str, uid: &str, out: &Plan, round: &mut Round) {
+    for w in &out.waiting {
+        let Some((i, kind)) = ctx.child(&w.id) else {
+            continue;
+        };
+        if ctx.rule.children[i].each.is_some() {
+            continue;
+        }
+        let mine = owned(kind, ns, uid)
+            .into_iter()
+            .find(|o| o.labels().get(CHILD_LABEL) == Some(&w.id));
+        if let Some(o) = mine.and_then(|o| serde_json::to_value(&*o).ok()) {
+            round.observed.insert(w.id.clone(), o);
+        }
+    }
+}
+
+/// Deletes the children this resource owns that are no longer rendered. The objects of
+/// a child that waits are kept as they are.
 pub async fn prune_children(
     ctx: &Ctx,
     cr: &DynamicObject,
     ns: &str,
     uid: &str,
-    children: &[Rendered],
+    out: &Plan,
     round: &mut Round,
 ) {
+    let children = &out.children;
+    let waiting: HashSet<&str> = out.waiting.iter().map(|w| w.id.as_str()).collect();
     for kind in &ctx.kinds {
         let ar = &kind.resolved.resource;
         let keep: HashSet<&str> = children
@@ -208,16 +246,13 @@ pub async fn prune_children(
             .filter(|c| c.kind == ar.kind && group_of(&c.api_version) == ar.group)
             .map(|c| c.name.as_str())
             .collect();
-        let stale: Vec<Arc<DynamicObject>> = kind
-            .owners
-            .children_of(uid)
+        let stale: Vec<Arc<DynamicObject>> = owned(kind, ns, uid)
             .into_iter()
-            .filter(|(child_ns, name)| child_ns == ns && !keep.contains(name.as_str()))
-            .filter_map(|(child_ns, name)| {
-                kind.store
-                    .get(&ObjectRef::new_with(&name, ar.clone()).within(&child_ns))
+            .filter(|o| !keep.contains(o.name_any().as_str()))
+            .filter(|o| {
+                let child = o.labels().get(CHILD_LABEL).map(String::as_str);
+                !child.is_some_and(|c| waiting.contains(c))
             })
-            .filter(|o| controller_uid(o) == Some(uid))
             .collect();
         for o in stale {
             if !ctx.fence.holds() {

@@ -5,6 +5,7 @@
 pub mod children;
 pub mod discovery;
 pub mod events;
+pub mod existing;
 pub mod inventory;
 pub mod leader;
 pub mod owners;

@@ -8,15 +8,17 @@ use super::leader::Fence;
 use crate::apply::{self, ApplyError, Memo, ObjectKey};
 use crate::controller::discovery::Resolved;
 use crate::controller::events::EventQueue;
+use crate::controller::existing::{self, ExistingKind, Readers};
 use crate::controller::owners::OwnerIndex;
 use crate::metrics::Metrics;
-use crate::render::{self, FIELD_MANAGER, Rendered};
+use crate::render::{self, FIELD_MANAGER, Plan, RenderError, Rendered};
 use crate::rules::CompiledRule;
 use crate::status::{self, Condition, merge_conditions};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
@@ -65,6 +67,12 @@ pub struct Ctx {
     /// the cache, and reconciles wait.
     pub synced: Arc<std::sync::atomic::AtomicBool>,
     pub started: std::time::Instant,
+    /// The distinct kinds of the rule's existing objects, with their caches.
+    pub existing: Vec<ExistingKind>,
+    /// For each of the rule's `existing`, its index in `existing`.
+    pub existing_kind: Vec<usize>,
+    /// Which resources read which existing objects.
+    pub readers: Arc<Readers>,
 }
 
 /// How long reconciles wait for the rule's watches to list before going ahead anyway (a
@@ -235,32 +243,17 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
     let cr_json = serde_json::to_value(&*cr).map_err(ReconcileError::Decode)?;
     let uid = cr.uid().unwrap_or_default();
 
-    // The template variables, built once for the children and the status.
-    let scope = render::scope(rule, &cr_json);
+    // The template variables (with the existing objects found), built once for the
+    // children and the status.
+    let scope = render::scope(rule, &cr_json)
+        .and_then(|s| existing::resolve(rule, &ctx.existing, &ctx.existing_kind, &ctx.readers, s));
+    let live = |r: &Rendered| ctx.live(&ns, r);
     let rendered = scope
         .as_ref()
         .map_err(Clone::clone)
-        .and_then(|s| render::render_in(rule, s));
-    let mut round = children::Round::default();
-    let sync = match rendered {
-        Err(e) => Sync::of(vec![Problem {
-            reason: "RenderFailed",
-            message: e.to_string(),
-            retry: Retry::OnChange,
-        }]),
-        Ok(children) => match scope_problem(&ctx, &children) {
-            Some(message) => Sync::of(vec![Problem {
-                reason: "ClusterScopedChild",
-                message,
-                retry: Retry::OnChange,
-            }]),
-            None => {
-                round = children::apply_children(&ctx, &ns, &uid, &children).await;
-                children::prune_children(&ctx, &cr, &ns, &uid, &children, &mut round).await;
-                Sync::of(std::mem::take(&mut round.problems))
-            }
-        },
-    };
+        .and_then(|s| render::render_with(rule, s, &live));
+    let (sync, round) = sync_children(&ctx, &cr, &ns, &uid, &rendered).await;
+    let plan = rendered.as_ref().ok();
     if let Some(e) = round.transient {
         // A passing fault: retried with backoff. Once it has lasted a few rounds, the
         // resource says so (a fault that lasts is not to be hidden behind an old status).
@@ -274,7 +267,12 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
                 retry: Retry::Backoff,
             }]);
             let s = scope.as_ref().ok();
-            if let Err(w) = write_status(&ctx, &cr, &cr_json, s, &round.observed, &retrying).await {
+            let seen = Seen {
+                scope: s,
+                plan,
+                observed: &round.observed,
+            };
+            if let Err(w) = write_status(&ctx, &cr, &cr_json, &seen, &retrying).await {
                 tracing::debug!(error = %w, "status of a retried resource not written");
             }
         }
@@ -288,15 +286,12 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
         // reconcile, which writes the status from it (now it would be stale, and written twice).
         tracing::debug!(rule = %rule.name, object = %key_of(&cr), "status waits for the cache to show our writes");
     } else {
-        write_status(
-            &ctx,
-            &cr,
-            &cr_json,
-            scope.ok().as_ref(),
-            &round.observed,
-            &sync,
-        )
-        .await?;
+        let seen = Seen {
+            scope: scope.as_ref().ok(),
+            plan,
+            observed: &round.observed,
+        };
+        write_status(&ctx, &cr, &cr_json, &seen, &sync).await?;
     }
     publish_applied(&ctx, &cr, &round.applied);
     Ok(match sync {
@@ -318,6 +313,49 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
     })
 }
 
+/// Applies and prunes the children of a render, and says what became of them.
+async fn sync_children(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    ns: &str,
+    uid: &str,
+    rendered: &Result<Plan, RenderError>,
+) -> (Sync, children::Round) {
+    let problem = |reason, message| {
+        let p = Problem {
+            reason,
+            message,
+            retry: Retry::OnChange,
+        };
+        (Sync::of(vec![p]), children::Round::default())
+    };
+    let out = match rendered {
+        Err(e) => return problem("RenderFailed", e.to_string()),
+        Ok(out) => out,
+    };
+    if let Some(message) = scope_problem(ctx, &out.children) {
+        return problem("ClusterScopedChild", message);
+    }
+    let mut round = children::apply_children(ctx, ns, uid, &out.children).await;
+    children::prune_children(ctx, cr, ns, uid, out, &mut round).await;
+    children::observe_waiting(ctx, ns, uid, out, &mut round);
+    let mut problems = std::mem::take(&mut round.problems);
+    if !out.waiting.is_empty() {
+        let message = out
+            .waiting
+            .iter()
+            .map(|w| format!("child `{}` {}", w.id, w.reason))
+            .collect::<Vec<_>>()
+            .join("; ");
+        problems.push(Problem {
+            reason: "Waiting",
+            message,
+            retry: Retry::OnChange,
+        });
+    }
+    (Sync::of(problems), round)
+}
+
 fn forget_failures(ctx: &Ctx, cr: &DynamicObject) {
     if let Ok(mut f) = ctx.failures.lock() {
         f.remove(&key_of(cr));
@@ -327,6 +365,8 @@ fn forget_failures(ctx: &Ctx, cr: &DynamicObject) {
 /// Drops what ruleop keeps about a resource that is going away.
 pub fn forget(ctx: &Ctx, cr: &DynamicObject) {
     forget_failures(ctx, cr);
+    ctx.readers
+        .forget(&cr.namespace().unwrap_or_default(), &cr.name_any());
     ctx.status_memo
         .forget(&ObjectKey::of_object(&ctx.parent.resource, cr));
 }
@@ -338,6 +378,7 @@ fn report_problem(ctx: &Ctx, cr: &DynamicObject, cr_json: &Value, p: &Problem) {
         "ClusterScopedChild" => "cluster_scoped",
         "NotOwned" => "not_owned",
         "Forbidden" => "forbidden",
+        "Waiting" => "waiting",
         _ => "apply_refused",
     };
     ctx.metrics.error(&ctx.rule.name, category);
@@ -386,6 +427,13 @@ impl Ctx {
         let i = self.rule.children.iter().position(|c| c.id == id)?;
         Some((i, &self.kinds[self.child_kind[i]]))
     }
+
+    /// The cached object of a rendered child, if the cluster has it.
+    pub fn live(&self, ns: &str, r: &Rendered) -> Option<Value> {
+        let (_, kind) = self.child(&r.id)?;
+        let oref = ObjectRef::new_with(&r.name, kind.resolved.resource.clone()).within(ns);
+        serde_json::to_value(&*kind.store.get(&oref)?).ok()
+    }
 }
 
 /// A child whose kind is cluster-scoped (known only from discovery) is refused.
@@ -404,17 +452,26 @@ fn now_rfc3339() -> String {
         .to_string()
 }
 
+/// What a reconcile saw, for the status: the render's scope and outcome (None when it
+/// failed), and the live children by instance.
+struct Seen<'a> {
+    scope: Option<&'a render::Scope>,
+    plan: Option<&'a Plan>,
+    observed: &'a HashMap<String, Value>,
+}
+
 /// The status to write: exported fields, observedGeneration, and the Ready and Synced conditions.
 fn desired_status(
     ctx: &Ctx,
     cr: &DynamicObject,
     cr_json: &Value,
-    scope: Option<&render::Scope>,
+    seen: &Seen<'_>,
     existing: Option<&Value>,
-    observed: &HashMap<String, Value>,
     sync: &Sync,
 ) -> Value {
-    let report = scope.map(|scope| status::compute(&ctx.rule, scope, cr_json, observed));
+    let report = seen
+        .scope
+        .map(|scope| status::compute(&ctx.rule, scope, cr_json, seen.plan, seen.observed));
     let mut out = Map::new();
     if let Some(r) = &report {
         out.extend(r.fields.clone());
@@ -433,6 +490,7 @@ fn desired_status(
         .generation
         .filter(|_| ctx.parent.status_subresource);
     let (ready, ready_reason, ready_message) = match (sync, &report) {
+        (Sync::Failed(p), _) if p.reason == "Waiting" => (false, "Waiting", p.message.clone()),
         (Sync::Failed(p), _) => (false, "SyncFailed", p.message.clone()),
         (Sync::Ok, Some(r)) if r.ready && r.problems.is_empty() => {
             (true, "Ready", "all children are ready".to_string())
@@ -519,8 +577,7 @@ async fn write_status(
     ctx: &Ctx,
     cr: &DynamicObject,
     cr_json: &Value,
-    scope: Option<&render::Scope>,
-    observed: &HashMap<String, Value>,
+    seen: &Seen<'_>,
     sync: &Sync,
 ) -> Result<(), ReconcileError> {
     let key = ObjectKey::of_object(&ctx.parent.resource, cr);
@@ -532,7 +589,7 @@ async fn write_status(
         .filter(|(rv, _)| apply::not_newer(&live_rv, rv))
         .map(|(_, status)| status);
     let current = ours.as_ref().or(cr_json.get("status"));
-    let mut status = desired_status(ctx, cr, cr_json, scope, current, observed, sync);
+    let mut status = desired_status(ctx, cr, cr_json, seen, current, sync);
     ctx.status_schema.strip(&mut status);
     if current == Some(&status) {
         return Ok(());

@@ -4,6 +4,7 @@
 
 use super::discovery::{self, Resolved};
 use super::events::EventQueue;
+use super::existing::{ExistingKind, Readers};
 use super::inventory;
 use super::owners::OwnerIndex;
 use super::reconcile::{ChildKind, Ctx, error_policy, reconcile};
@@ -15,6 +16,7 @@ use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::runtime::controller::{Config, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -274,6 +276,62 @@ fn forget_gone_parents(
     }
 }
 
+/// Resolves the distinct kinds among `wanted` (apiVersion, kind); gives them and, for
+/// each of `wanted`, its index among them. None when the rule is stopped meanwhile.
+async fn distinct_kinds<'a>(
+    client: &Client,
+    opts: &Options,
+    stop: &watch::Receiver<bool>,
+    wanted: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Option<(Vec<Resolved>, Vec<usize>)> {
+    let mut kinds: Vec<Resolved> = Vec::new();
+    let mut index = Vec::new();
+    for (api_version, kind) in wanted {
+        let known = kinds
+            .iter()
+            .position(|k| k.resource.api_version == api_version && k.resource.kind == kind);
+        let idx = match known {
+            Some(i) => i,
+            None => {
+                let what = format!("{api_version} {kind}");
+                let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+                let r = wait_for(&what, opts.discovery_retry, stop, || {
+                    discovery::child(client, group, version, kind)
+                })
+                .await?;
+                kinds.push(r);
+                kinds.len() - 1
+            }
+        };
+        index.push(idx);
+    }
+    Some((kinds, index))
+}
+
+/// The cached watch of an existing kind (every object of it in scope: the rule reads
+/// them by name or labels, which are the resource's to choose).
+fn existing_watch(
+    client: &Client,
+    opts: &Options,
+    k: &Resolved,
+    sync: Arc<SyncTracker>,
+    watch_index: usize,
+) -> (
+    impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
+    kube::runtime::reflector::Store<DynamicObject>,
+) {
+    let writer = Writer::<DynamicObject>::new(k.resource.clone());
+    let store = writer.as_reader();
+    let api = scoped(client, &k.resource, opts.namespace.as_deref());
+    let stream = watcher(api, watcher::Config::default().timeout(opts.watch_timeout))
+        .backoff(watch_backoff())
+        .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
+        .inspect_ok(move |ev| sync.observe(watch_index, ev))
+        .reflect(writer)
+        .touched_objects();
+    (stream, store)
+}
+
 async fn run(
     client: Client,
     rule: Arc<CompiledRule>,
@@ -312,30 +370,22 @@ async fn run(
         )
         .in_current_span(),
     ));
-    // The distinct child kinds, each resolved by discovery.
-    let mut kinds: Vec<Resolved> = Vec::new();
-    let mut child_kind = Vec::new();
-    for c in &rule.children {
-        let existing = kinds
-            .iter()
-            .position(|k| k.resource.api_version == c.api_version && k.resource.kind == c.kind);
-        let idx = match existing {
-            Some(i) => i,
-            None => {
-                let what = format!("{} {}", c.api_version, c.kind);
-                let Some(r) = wait_for(&what, opts.discovery_retry, &stop, || {
-                    discovery::child(&client, c.group(), c.version(), &c.kind)
-                })
-                .await
-                else {
-                    return;
-                };
-                kinds.push(r);
-                kinds.len() - 1
-            }
-        };
-        child_kind.push(idx);
-    }
+    // The distinct child kinds and existing kinds, each resolved by discovery.
+    let wanted = rule
+        .children
+        .iter()
+        .map(|c| (c.api_version.as_str(), c.kind.as_str()));
+    let Some((kinds, child_kind)) = distinct_kinds(&client, &opts, &stop, wanted).await else {
+        return;
+    };
+    let wanted = rule
+        .existing
+        .iter()
+        .map(|e| (e.api_version.as_str(), e.kind.as_str()));
+    let Some((existing_kinds, existing_kind)) = distinct_kinds(&client, &opts, &stop, wanted).await
+    else {
+        return;
+    };
 
     let memo = Arc::new(Memo::default());
     let status_memo = Arc::new(Memo::default());
@@ -347,8 +397,10 @@ async fn run(
     let parent_writer = Writer::<DynamicObject>::new(parent.resource.clone());
     let parent_reader = parent_writer.as_reader();
     let parent_api = scoped(&client, &parent.resource, opts.namespace.as_deref());
-    // Readiness: every watch (the parent's and one per child kind) has listed once.
-    let sync = Arc::new(SyncTracker::new(1 + kinds.len(), synced.clone()));
+    // Readiness: every watch (the parent's, one per child kind, one per existing kind)
+    // has listed once.
+    let watches = 1 + kinds.len() + existing_kinds.len();
+    let sync = Arc::new(SyncTracker::new(watches, synced.clone()));
     let parent_sync = sync.clone();
     let parent_stream = watcher(
         parent_api,
@@ -413,6 +465,24 @@ async fn run(
         });
     }
 
+    let readers = Arc::new(Readers::default());
+    let mut existing = Vec::new();
+    for (i, k) in existing_kinds.into_iter().enumerate() {
+        let (stream, store) = existing_watch(&client, &opts, &k, sync.clone(), 1 + kinds.len() + i);
+        let readers = readers.clone();
+        let parent_ar = parent.resource.clone();
+        let mapper = move |o: DynamicObject| {
+            let ns = o.namespace().unwrap_or_default();
+            readers
+                .readers_of(i, &o)
+                .into_iter()
+                .map(|name| ObjectRef::new_with(&name, parent_ar.clone()).within(&ns))
+                .collect::<Vec<_>>()
+        };
+        controller = controller.watches_stream_with(stream, mapper, k.resource.clone());
+        existing.push(ExistingKind { resolved: k, store });
+    }
+
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         rule: rule.clone(),
@@ -435,6 +505,9 @@ async fn run(
         synced: synced.clone(),
         started: std::time::Instant::now(),
         status_schema: Default::default(),
+        existing,
+        existing_kind,
+        readers,
     });
 
     tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, "rule started");

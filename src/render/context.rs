@@ -15,6 +15,9 @@ pub struct Scope {
     pub spec: Value,
     /// The controller ownerReference children get, when the custom resource has a uid.
     pub owner: Option<Value>,
+    /// Existing objects looked up by name and not found: (index in the rule's
+    /// `existing`, what was looked for). Children that read them wait.
+    pub missing: Vec<(usize, String)>,
 }
 
 impl Scope {
@@ -107,13 +110,42 @@ pub fn scope(rule: &CompiledRule, cr: &Value) -> Result<Scope, RenderError> {
     vars.insert("labels".into(), labels);
     vars.insert("selectorLabels".into(), selector);
     vars.insert("rule".into(), Value::String(rule.name.clone()));
+    vars.insert("existing".into(), Value::Object(Map::new()));
     Ok(Scope {
         ctx: minijinja::Value::from(minijinja::value::Serde(&vars)),
         name: name.into(),
         namespace: namespace.into(),
         spec,
         owner,
+        missing: Vec::new(),
     })
+}
+
+impl Scope {
+    /// The scope with the existing objects found for it: `found[i]` is the rule's
+    /// `existing[i]` (an object, or a list for a selector), or Err naming what is missing.
+    pub fn with_existing(
+        mut self,
+        rule: &CompiledRule,
+        found: Vec<Result<Value, String>>,
+    ) -> Scope {
+        let mut map = Map::new();
+        for (i, (e, f)) in rule.existing.iter().zip(found).enumerate() {
+            match f {
+                Ok(v) => {
+                    map.insert(e.id.clone(), v);
+                }
+                Err(what) => self.missing.push((i, what)),
+            }
+        }
+        let mut vars: std::collections::BTreeMap<String, minijinja::Value> = self.vars();
+        vars.insert(
+            "existing".into(),
+            minijinja::Value::from(minijinja::value::Serde(&map)),
+        );
+        self.ctx = minijinja::Value::from(vars);
+        self
+    }
 }
 
 #[cfg(test)]

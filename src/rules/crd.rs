@@ -44,12 +44,22 @@ fn sources(rule: &CompiledRule) -> Vec<(Vec<String>, usize, Option<String>)> {
                     walk(rule, v, child, out);
                 }
             }
+            Node::Each(each) => {
+                let (e, item) = &**each;
+                out.push((
+                    rule.program.expression_paths(&e.over),
+                    e.over.line,
+                    Some(child.into()),
+                ));
+                walk(rule, item, child, out);
+            }
             Node::Literal(_) => {}
         }
     }
     for c in &rule.children {
         walk(rule, &c.template, &c.id, &mut out);
-        for e in c.when.iter().chain(c.ready_when.iter()) {
+        let over = c.each.as_ref().map(|e| &e.over);
+        for e in c.when.iter().chain(c.ready_when.iter()).chain(over) {
             out.push((rule.program.expression_paths(e), e.line, Some(c.id.clone())));
         }
     }

@@ -5,13 +5,18 @@ pub mod book;
 pub mod compile;
 pub mod crd;
 pub mod error;
+pub mod graph;
 pub mod helpers;
+pub mod kinds;
 pub mod lines;
 pub mod load;
 pub mod program;
 pub mod spec;
 
-pub use compile::{CompiledChild, CompiledField, CompiledRule, FieldSource, Key, Node, Source};
+pub use compile::{
+    CompiledChild, CompiledExisting, CompiledField, CompiledRule, Each, FieldSource, Find, Key,
+    Node, Source,
+};
 pub use error::{LoadError, Location};
 pub use load::{FileLoad, collect_files, load_file, load_paths, load_str};
 pub use spec::{FieldType, RuleSpec, WatchSpec};

@@ -23,6 +23,42 @@ pub struct RuleSpec {
     /// How the custom resource's status is computed from its children.
     #[serde(default)]
     pub status: StatusSpec,
+    /// Objects ruleop reads but never writes (a Secret, a shared ConfigMap), in the custom
+    /// resource's namespace; templates see them as `existing.<id>`.
+    #[serde(default)]
+    pub existing: Vec<ExistingSpec>,
+    /// How the children go when the custom resource is deleted.
+    #[serde(default)]
+    pub deletion: DeletionPolicy,
+}
+
+/// How the children of a deleted custom resource are removed (`deletion`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub enum DeletionPolicy {
+    /// The cluster's garbage collector removes them (ownerReferences), in no order.
+    #[default]
+    Background,
+    /// ruleop holds the resource with a finalizer and deletes its children in the reverse
+    /// of the order they were made (dependents first), each level gone before the next.
+    Ordered,
+}
+
+/// A read-only reference to objects ruleop does not make (`existing[]`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExistingSpec {
+    /// Unique among the rule's children and existing objects; templates read `existing.<id>`.
+    pub id: String,
+    pub api_version: String,
+    pub kind: String,
+    /// The object's name (may be templated): `existing.<id>` is that object, and children
+    /// that read it wait while it is missing.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Instead of `name`: labels (values may be templated); `existing.<id>` is the list of
+    /// matching objects (possibly empty), sorted by name.
+    #[serde(default)]
+    pub selector: Option<Map<String, Value>>,
 }
 
 /// Group / version / resource of the watched kind. `group` is empty for the core group.
@@ -64,6 +100,16 @@ pub struct ChildSpec {
     /// built-in readiness of its kind.
     #[serde(default)]
     pub ready_when: Option<String>,
+    /// An expression giving a list: one object per item, the item as `item` (or the name
+    /// given by `as`) and its position as `index`.
+    #[serde(default)]
+    pub for_each: Option<String>,
+    /// The item's variable name in a `forEach` child.
+    #[serde(default, rename = "as")]
+    pub item_as: Option<String>,
+    /// Children that must exist and be ready before this one is applied.
+    #[serde(default)]
+    pub after: Vec<String>,
 }
 
 /// Which existing objects of a child's name ruleop may take over (`children[].adopt`).

@@ -13,7 +13,7 @@ mod schema;
 pub use conditions::{Condition, merge_conditions};
 pub use schema::StatusSchema;
 
-use crate::render::Scope;
+use crate::render::{Plan, Scope};
 use crate::rules::compile::jinja_reason;
 use crate::rules::{CompiledRule, FieldSource, FieldType, Source};
 use jsonpath_rust::query::js_path_process;
@@ -33,16 +33,50 @@ pub struct Report {
     pub problems: Vec<String>,
 }
 
-/// Computes the status of `cr` from `observed` (child id → live object). `scope` is the
-/// render scope of `cr` (its spec with defaults).
+/// Each child as status expressions and paths see it: its live object, or for a
+/// collection the list of its live objects in item order. `observed` is keyed by
+/// [`crate::render::Rendered::instance`] (`id`, or `id[index]`).
+pub fn by_child(rule: &CompiledRule, observed: &HashMap<String, Value>) -> HashMap<String, Value> {
+    let mut out = HashMap::new();
+    for c in &rule.children {
+        if c.each.is_none() {
+            if let Some(v) = observed.get(&c.id) {
+                out.insert(c.id.clone(), v.clone());
+            }
+            continue;
+        }
+        let prefix = format!("{}[", c.id);
+        let mut items: Vec<(usize, &Value)> = observed
+            .iter()
+            .filter_map(|(k, v)| {
+                let i = k.strip_prefix(&prefix)?.strip_suffix(']')?.parse().ok()?;
+                Some((i, v))
+            })
+            .collect();
+        items.sort_by_key(|(i, _)| *i);
+        out.insert(
+            c.id.clone(),
+            Value::Array(items.into_iter().map(|(_, v)| v.clone()).collect()),
+        );
+    }
+    out
+}
+
+/// Computes the status of `cr` from `observed` (instance → live object, see
+/// [`by_child`]). `scope` is the render scope of `cr` (its spec with defaults); `plan` is
+/// what its render gave (None when it failed): the objects that should exist, and the
+/// children that wait.
 pub fn compute(
     rule: &CompiledRule,
     scope: &Scope,
     cr: &Value,
+    plan: Option<&Plan>,
     observed: &HashMap<String, Value>,
 ) -> Report {
     let mut report = Report::default();
     let mut all = Map::new();
+    let instances = observed;
+    let observed = &by_child(rule, instances);
     // The template values every expression sees, made once: the scope's, then `children`
     // and `self` only if an expression reads them (they are whole objects); `status` is
     // added per expression, as it grows field by field.
@@ -160,23 +194,9 @@ pub fn compute(
         }
     }
 
-    // Every child the rule makes for this resource (a child whose `when` is false is not
-    // expected): the ones missing or not ready, and why.
-    let wanted = |c: &&crate::rules::CompiledChild| match &c.when {
-        None => true,
-        Some(w) => rule.program.eval(w, &scope.ctx).is_ok_and(|v| v.is_true()),
-    };
-    let waiting: Vec<String> = rule
-        .children
-        .iter()
-        .filter(wanted)
-        .filter_map(|c| match observed.get(&c.id) {
-            None => Some(format!("child `{}` does not exist yet", c.id)),
-            Some(live) => readiness::child_ready(rule, c, scope, live)
-                .err()
-                .map(|why| format!("child `{}` ({} {}): {why}", c.id, c.kind, name_of(live))),
-        })
-        .collect();
+    let waiting = plan
+        .map(|p| blocking(rule, scope, p, instances))
+        .unwrap_or_default();
     report.ready = match &rule.ready {
         Some(e) => match rule.program.eval(e, &context(&all)) {
             Ok(v) => {
@@ -202,6 +222,47 @@ pub fn compute(
         }
     };
     report
+}
+
+/// Every object the render made that is missing or not ready, and every child that
+/// waits, with why.
+fn blocking(
+    rule: &CompiledRule,
+    scope: &Scope,
+    plan: &Plan,
+    instances: &HashMap<String, Value>,
+) -> Vec<String> {
+    let mut out: Vec<String> = plan
+        .children
+        .iter()
+        .filter_map(|r| {
+            let c = rule.children.iter().find(|c| c.id == r.id)?;
+            match instances.get(&r.instance()) {
+                None => Some(format!(
+                    "child `{}` ({} {}) does not exist yet",
+                    r.instance(),
+                    r.kind,
+                    r.name
+                )),
+                Some(live) => readiness::child_ready(rule, c, scope, live, r.item.as_ref())
+                    .err()
+                    .map(|why| {
+                        format!(
+                            "child `{}` ({} {}): {why}",
+                            r.instance(),
+                            c.kind,
+                            name_of(live)
+                        )
+                    }),
+            }
+        })
+        .collect();
+    out.extend(
+        plan.waiting
+            .iter()
+            .map(|w| format!("child `{}` {}", w.id, w.reason)),
+    );
+    out
 }
 
 fn name_of(live: &Value) -> &str {

@@ -89,11 +89,22 @@ pub fn child_ready(
     child: &CompiledChild,
     scope: &Scope,
     live: &Value,
+    item: Option<&crate::render::Item>,
 ) -> Result<(), String> {
     let Some(e) = &child.ready_when else {
         return builtin(&child.kind, live);
     };
     let mut vars: std::collections::BTreeMap<String, minijinja::Value> = scope.vars();
+    if let (Some(each), Some(item)) = (&child.each, item) {
+        vars.insert(
+            each.var.to_string(),
+            minijinja::Value::from(minijinja::value::Serde(&item.value)),
+        );
+        vars.insert(
+            crate::rules::compile::INDEX_VARIABLE.into(),
+            minijinja::Value::from(item.index),
+        );
+    }
     vars.insert(
         "child".into(),
         minijinja::Value::from(minijinja::value::Serde(live)),

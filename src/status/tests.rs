@@ -20,7 +20,9 @@ fn compute_with(r: &CompiledRule, cr: &Value, observed: &[(&str, Value)]) -> Rep
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
-    compute(r, &s, cr, &observed)
+    let live = |rd: &crate::render::Rendered| observed.get(&rd.instance()).cloned();
+    let plan = crate::render::render_with(r, &s, &live).ok();
+    compute(r, &s, cr, plan.as_ref(), &observed)
 }
 
 #[test]
@@ -170,7 +172,10 @@ fn without_a_ready_expression_a_child_whose_when_is_false_is_not_awaited() {
     let cr = json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {"extra": true}});
     let rep = compute_with(&r, &cr, &[("cm", json!({"data": {}}))]);
     assert!(!rep.ready);
-    assert_eq!(rep.notes[0], "child `extra` does not exist yet");
+    assert_eq!(
+        rep.notes[0],
+        "child `extra` (ConfigMap a-x) does not exist yet"
+    );
 }
 
 #[test]

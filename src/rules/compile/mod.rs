@@ -3,10 +3,14 @@
 //! Pure: no cluster is needed, so `ruleop check` runs anywhere.
 
 use super::error::{LoadError, Location, RuleProblem};
+use super::graph::Reads;
 use super::helpers;
 use super::lines::LineIndex;
 use super::program::{self, ExprRef, Program, TextRef};
-use super::spec::{FieldType, RuleSpec, WatchSpec};
+use super::spec::{DeletionPolicy, FieldType, RuleSpec, WatchSpec};
+mod child;
+
+use child::{check_same_names, compile_child, compile_existing, link, repetition};
 use jsonpath_rust::parser::model::JpQuery;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -29,6 +33,13 @@ pub struct CompiledRule {
     pub status_reads: std::collections::BTreeSet<String>,
     /// Changes whenever anything in the rule changes; tells edited rules on reload.
     pub fingerprint: String,
+    /// Objects the rule reads but does not make.
+    pub existing: Vec<CompiledExisting>,
+    /// The order children are rendered in: each after the ones it depends on.
+    pub order: Vec<usize>,
+    /// For each child, the children it depends on (reads or comes `after`).
+    pub deps: Vec<std::collections::BTreeSet<usize>>,
+    pub deletion: DeletionPolicy,
 }
 
 /// One child template.
@@ -43,7 +54,54 @@ pub struct CompiledChild {
     pub adopt: super::spec::AdoptPolicy,
     /// When the live child is ready (it sees `child`); None: its kind's built-in readiness.
     pub ready_when: Option<ExprRef>,
+    /// A collection: one object per item of this list.
+    pub each: Option<Each>,
+    /// Children that must exist and be ready first (indexes into the rule's children).
+    pub after: Vec<usize>,
+    /// What its templates read of other children and existing objects.
+    pub reads: Reads,
     pub at: Location,
+}
+
+/// A repetition: `over` gives a list; each item is bound to `var`, its position to `index`.
+#[derive(Debug)]
+pub struct Each {
+    pub over: ExprRef,
+    pub var: Arc<str>,
+}
+
+/// An object the rule reads (`existing[]`): by name, or by labels.
+#[derive(Debug)]
+pub struct CompiledExisting {
+    pub id: String,
+    pub api_version: String,
+    pub kind: String,
+    pub find: Find,
+    pub at: Location,
+}
+
+/// How an existing object is found.
+#[derive(Debug)]
+pub enum Find {
+    /// One object by name (a template node giving a string).
+    Name(Node),
+    /// Every object with these labels (values are template nodes).
+    Selector(Vec<(String, Node)>),
+}
+
+impl CompiledExisting {
+    pub fn group(&self) -> &str {
+        self.api_version
+            .rsplit_once('/')
+            .map(|(g, _)| g)
+            .unwrap_or("")
+    }
+    pub fn version(&self) -> &str {
+        self.api_version
+            .rsplit_once('/')
+            .map(|(_, v)| v)
+            .unwrap_or(&self.api_version)
+    }
 }
 
 impl CompiledChild {
@@ -74,6 +132,8 @@ pub enum Node {
     Text(TextRef),
     Map(Vec<(Key, Node)>),
     Seq(Vec<Node>),
+    /// An entry of a list repeated once per item (only inside [`Node::Seq`]).
+    Each(Box<(Each, Node)>),
 }
 
 /// A mapping key: literal or templated text.
@@ -124,13 +184,19 @@ pub const TEMPLATE_VARIABLES: &[&str] = &[
     "labels",
     "selectorLabels",
     "rule",
+    "existing",
 ];
+/// What a child's template, `when` and `forEach` see besides: the other children, as
+/// rendered and as they are in the cluster.
+pub const CHILD_VARIABLES: &[&str] = &["rendered", "observed"];
 /// Variables status expressions see in addition.
 pub const STATUS_VARIABLES: &[&str] = &["children", "status", "self"];
 /// What a child's `readyWhen` sees besides the template variables: the live child.
 pub const READY_VARIABLES: &[&str] = &["child"];
-/// Templates and `when` see the template variables only.
+/// The names of an existing object's expressions see the template variables only.
 const NO_EXTRA: &[&str] = &[];
+/// The variable of an item's position in a repetition.
+pub const INDEX_VARIABLE: &str = "index";
 /// Globals minijinja itself provides.
 const GLOBALS: &[&str] = &[
     "range",
@@ -144,117 +210,6 @@ const GLOBALS: &[&str] = &[
     "none",
 ];
 
-/// Built-in kinds that are cluster-scoped, by (group, kind): refused as children at load.
-/// Kinds from CRDs are checked against discovery when the rule starts.
-const CLUSTER_SCOPED: &[(&str, &str)] = &[
-    ("", "Namespace"),
-    ("", "Node"),
-    ("", "PersistentVolume"),
-    ("", "ComponentStatus"),
-    ("rbac.authorization.k8s.io", "ClusterRole"),
-    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
-    ("apiextensions.k8s.io", "CustomResourceDefinition"),
-    ("apiregistration.k8s.io", "APIService"),
-    ("storage.k8s.io", "StorageClass"),
-    ("storage.k8s.io", "CSIDriver"),
-    ("storage.k8s.io", "CSINode"),
-    ("storage.k8s.io", "VolumeAttachment"),
-    ("scheduling.k8s.io", "PriorityClass"),
-    ("node.k8s.io", "RuntimeClass"),
-    ("networking.k8s.io", "IngressClass"),
-    ("certificates.k8s.io", "CertificateSigningRequest"),
-    (
-        "admissionregistration.k8s.io",
-        "ValidatingWebhookConfiguration",
-    ),
-    (
-        "admissionregistration.k8s.io",
-        "MutatingWebhookConfiguration",
-    ),
-    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
-    (
-        "admissionregistration.k8s.io",
-        "ValidatingAdmissionPolicyBinding",
-    ),
-    ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
-    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
-];
-
-/// Namespaced kinds of built-in API versions, to catch a misspelled kind without a
-/// cluster. Kinds of other API versions (CRDs) are checked by discovery when the rule runs.
-const BUILTIN_KINDS: &[(&str, &[&str])] = &[
-    (
-        "v1",
-        &[
-            "ConfigMap",
-            "Secret",
-            "Service",
-            "ServiceAccount",
-            "Pod",
-            "PersistentVolumeClaim",
-            "Endpoints",
-            "LimitRange",
-            "ResourceQuota",
-            "Event",
-            "ReplicationController",
-            "PodTemplate",
-            "Namespace",
-            "Node",
-            "PersistentVolume",
-        ],
-    ),
-    (
-        "apps/v1",
-        &[
-            "Deployment",
-            "StatefulSet",
-            "DaemonSet",
-            "ReplicaSet",
-            "ControllerRevision",
-        ],
-    ),
-    ("batch/v1", &["Job", "CronJob"]),
-    (
-        "networking.k8s.io/v1",
-        &["Ingress", "NetworkPolicy", "IngressClass"],
-    ),
-    ("policy/v1", &["PodDisruptionBudget"]),
-    ("autoscaling/v1", &["HorizontalPodAutoscaler"]),
-    ("autoscaling/v2", &["HorizontalPodAutoscaler"]),
-    (
-        "rbac.authorization.k8s.io/v1",
-        &["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"],
-    ),
-    ("coordination.k8s.io/v1", &["Lease"]),
-    ("discovery.k8s.io/v1", &["EndpointSlice"]),
-    ("events.k8s.io/v1", &["Event"]),
-    (
-        "storage.k8s.io/v1",
-        &[
-            "StorageClass",
-            "CSIDriver",
-            "CSINode",
-            "VolumeAttachment",
-            "CSIStorageCapacity",
-        ],
-    ),
-];
-
-/// For a built-in API version, whether `kind` exists in it; `Err` carries the kinds it has.
-pub fn check_builtin_kind(api_version: &str, kind: &str) -> Result<(), &'static [&'static str]> {
-    match BUILTIN_KINDS.iter().find(|(av, _)| *av == api_version) {
-        Some((_, kinds)) if !kinds.contains(&kind) => Err(kinds),
-        _ => Ok(()),
-    }
-}
-
-/// Whether a built-in kind is known to be cluster-scoped.
-pub fn known_cluster_scoped(group: &str, kind: &str) -> bool {
-    CLUSTER_SCOPED
-        .iter()
-        .any(|(g, k)| *g == group && *k == kind)
-}
-
 /// Collects problems while compiling one rule.
 struct Compiler<'a> {
     file: &'a Path,
@@ -265,11 +220,13 @@ struct Compiler<'a> {
     exprs: Vec<Arc<str>>,
     expr_at: Vec<(Arc<str>, Option<String>)>,
     texts: usize,
-    /// (reference, child id, extra variables allowed) for the unknown-variable check.
     /// Each expression, its child, and the variables it sees besides the template ones.
-    expr_refs: Vec<(ExprRef, Option<String>, &'static [&'static str])>,
-    /// Each text template, its child, and its source.
-    text_refs: Vec<(TextRef, Option<String>, Arc<str>)>,
+    expr_refs: Vec<(ExprRef, Option<String>, Vec<String>)>,
+    /// Each text template, its child, its source, and the variables it sees besides.
+    text_refs: Vec<(TextRef, Option<String>, Arc<str>, Vec<String>)>,
+    /// Variables every expression compiled now sees besides: the child's (`rendered`,
+    /// `observed`) and those of the repetitions it is inside.
+    scope_vars: Vec<String>,
 }
 
 impl Compiler<'_> {
@@ -296,13 +253,7 @@ impl Compiler<'_> {
         })));
     }
 
-    fn expr(
-        &mut self,
-        path: &str,
-        child: Option<&str>,
-        source: &str,
-        extra: &'static [&'static str],
-    ) -> ExprRef {
+    fn expr(&mut self, path: &str, child: Option<&str>, source: &str, extra: &[&str]) -> ExprRef {
         let r = ExprRef {
             index: self.exprs.len(),
             at: path.into(),
@@ -311,8 +262,10 @@ impl Compiler<'_> {
         };
         self.exprs.push(source.into());
         self.expr_at.push((path.into(), child.map(str::to_string)));
+        let mut vars: Vec<String> = extra.iter().map(|v| v.to_string()).collect();
+        vars.extend(self.scope_vars.iter().cloned());
         self.expr_refs
-            .push((r.clone(), child.map(str::to_string), extra));
+            .push((r.clone(), child.map(str::to_string), vars));
         r
     }
 
@@ -329,8 +282,12 @@ impl Compiler<'_> {
                     at: path.into(),
                     line: self.lines.line(path),
                 };
-                self.text_refs
-                    .push((r.clone(), child.map(str::to_string), source.into()));
+                self.text_refs.push((
+                    r.clone(),
+                    child.map(str::to_string),
+                    source.into(),
+                    self.scope_vars.clone(),
+                ));
                 Some(r)
             }
             Err(e) => {
@@ -378,7 +335,13 @@ impl Compiler<'_> {
             Value::Array(a) => Node::Seq(
                 a.iter()
                     .enumerate()
-                    .map(|(i, v)| self.node(v, &format!("{path}[{i}]"), child))
+                    .map(|(i, v)| {
+                        let p = format!("{path}[{i}]");
+                        match repetition(v) {
+                            Some(rep) => self.each(rep, &p, child),
+                            None => self.node(v, &p, child),
+                        }
+                    })
                     .collect(),
             ),
             other => Node::Literal(other.clone()),
@@ -478,6 +441,7 @@ pub fn compile(
         texts: 0,
         expr_refs: Vec::new(),
         text_refs: Vec::new(),
+        scope_vars: Vec::new(),
     };
     if !is_label_value(&spec.name) {
         c.error(
@@ -496,6 +460,7 @@ pub fn compile(
         }
     }
     check_same_names(&mut c, spec);
+    let existing = compile_existing(&mut c, spec);
     let ids: Vec<&str> = spec.children.iter().map(|c| c.id.as_str()).collect();
     let fields = compile_fields(&mut c, spec, &ids);
     let ready = spec
@@ -519,8 +484,12 @@ pub fn compile(
             None
         }
     };
+    let mut graph = (Vec::new(), Vec::new());
     if let Some(p) = &program {
         check_variables(&mut c, p);
+        if children.len() == spec.children.len() {
+            graph = link(&mut c, spec, p, &mut children, &existing);
+        }
     }
     check_filters_and_tests(&mut c);
     match program {
@@ -543,6 +512,10 @@ pub fn compile(
             ready,
             program,
             fingerprint: fingerprint(spec),
+            existing,
+            order: graph.0,
+            deps: graph.1,
+            deletion: spec.deletion,
         }),
         _ => Err(c.errors),
     }
@@ -570,145 +543,6 @@ fn check_watch(c: &mut Compiler<'_>, w: &WatchSpec) {
             format!("watch.resource {:?} is not a resource name", w.resource),
             "use the lowercase plural, e.g. websites (as in `kubectl api-resources`)",
         );
-    }
-}
-
-fn compile_child(
-    c: &mut Compiler<'_>,
-    i: usize,
-    ch: &super::spec::ChildSpec,
-) -> Option<CompiledChild> {
-    let base = format!("children[{i}]");
-    let id = ch.id.as_str();
-    if !is_label_value(id) {
-        c.error(
-            &format!("{base}.id"),
-            Some(id),
-            format!("child id {id:?} is not a valid label value"),
-            "use lowercase letters, digits and '-'",
-        );
-    }
-    let tpath = format!("{base}.template");
-    let Some(t) = ch.template.as_object() else {
-        c.error(
-            &tpath,
-            Some(id),
-            "template is not a mapping",
-            "write the child object as YAML under `template:`",
-        );
-        return None;
-    };
-    let literal = |key: &str| {
-        t.get(key)
-            .and_then(Value::as_str)
-            .filter(|s| matches!(classify(s), Scalar::Literal))
-    };
-    let (Some(api_version), Some(kind)) = (literal("apiVersion"), literal("kind")) else {
-        c.error(
-            &tpath,
-            Some(id),
-            "template needs literal `apiVersion` and `kind` (they cannot be templated)",
-            "write e.g. `apiVersion: apps/v1` and `kind: Deployment`",
-        );
-        return None;
-    };
-    let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
-    if let Err(kinds) = check_builtin_kind(api_version, kind) {
-        let close = kinds
-            .iter()
-            .find(|k| k.eq_ignore_ascii_case(kind) || edit_distance(k, kind) <= 2);
-        let fix = match close {
-            Some(k) => format!("did you mean `{k}`?"),
-            None => format!("{api_version} has: {}", kinds.join(", ")),
-        };
-        c.error(
-            &format!("{tpath}.kind"),
-            Some(id),
-            format!("unknown kind {kind:?} in {api_version}"),
-            fix,
-        );
-    } else if known_cluster_scoped(group, kind) {
-        c.error(
-            &format!("{tpath}.kind"),
-            Some(id),
-            format!(
-                "{kind} is cluster-scoped; children always live in the custom resource's namespace"
-            ),
-            "use a namespaced kind (e.g. Role instead of ClusterRole)",
-        );
-    }
-    let meta = t.get("metadata").and_then(Value::as_object);
-    if meta
-        .and_then(|m| m.get("name"))
-        .is_none_or(|n| n.as_str().is_none_or(str::is_empty))
-    {
-        c.error(
-            &format!("{tpath}.metadata"),
-            Some(id),
-            "template has no metadata.name",
-            "name the child, e.g. `name: \"{{ name }}-web\"`",
-        );
-    }
-    if let Some(ns) = meta.and_then(|m| m.get("namespace")) {
-        let literal_ns = ns
-            .as_str()
-            .is_none_or(|s| matches!(classify(s), Scalar::Literal));
-        if literal_ns {
-            c.error(&format!("{tpath}.metadata.namespace"), Some(id), format!("template sets metadata.namespace to {ns}; children always live in the custom resource's namespace"), "remove metadata.namespace (ruleop sets it)");
-        }
-    }
-    let template = c.node(&ch.template, &tpath, id);
-    let when = ch
-        .when
-        .as_deref()
-        .map(|w| c.expr(&format!("{base}.when"), Some(id), w, NO_EXTRA));
-    let ready_when = ch
-        .ready_when
-        .as_deref()
-        .map(|w| c.expr(&format!("{base}.readyWhen"), Some(id), w, READY_VARIABLES));
-    Some(CompiledChild {
-        id: id.to_string(),
-        api_version: api_version.to_string(),
-        kind: kind.to_string(),
-        when,
-        template,
-        adopt: ch.adopt,
-        ready_when,
-        at: c.at(&base),
-    })
-}
-
-/// Two children of one kind (group and kind: a version is only a view of the same
-/// objects) whose name templates are the same text would render one object twice, each
-/// apply undoing the other's. (Names that only happen to render the same for one resource
-/// are caught at render time.)
-fn check_same_names(c: &mut Compiler<'_>, spec: &RuleSpec) {
-    let key = |ch: &super::spec::ChildSpec| {
-        let t = &ch.template;
-        let group = t
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .map(|v| v.rsplit_once('/').map(|(g, _)| g).unwrap_or(""))?;
-        let kind = t.get("kind").and_then(Value::as_str)?;
-        let name = t.pointer("/metadata/name").and_then(Value::as_str)?;
-        Some((group.to_string(), kind.to_string(), name.trim().to_string()))
-    };
-    for (i, later) in spec.children.iter().enumerate() {
-        let Some(k) = key(later) else { continue };
-        if let Some(first) = spec.children[..i]
-            .iter()
-            .find(|e| key(e).as_ref() == Some(&k))
-        {
-            c.error(
-                &format!("children[{i}].template.metadata.name"),
-                Some(&later.id),
-                format!(
-                    "children `{}` and `{}` both make {} {:?}: each apply would undo the other's",
-                    first.id, later.id, k.1, k.2
-                ),
-                "give one of them another name (e.g. add a suffix), or merge the two children",
-            );
-        }
     }
 }
 
@@ -815,35 +649,42 @@ fn compile_fields(c: &mut Compiler<'_>, spec: &RuleSpec, ids: &[&str]) -> Vec<Co
 
 /// Refuses variables no context provides: a typo (`spce.port`) fails at load, not at 3 a.m.
 fn check_variables(c: &mut Compiler<'_>, p: &Program) {
-    let known = |v: &str, extra: &[&str]| {
-        TEMPLATE_VARIABLES.contains(&v) || GLOBALS.contains(&v) || extra.contains(&v)
-    };
     let mut problems = Vec::new();
-    for (r, child, extra) in &c.expr_refs {
-        for v in p.expression_variables(r) {
-            if !known(&v, extra) {
-                problems.push((r.at.clone(), child.clone(), v, *extra));
-            }
-        }
-    }
-    for (r, child, _) in &c.text_refs {
-        for v in p.template_variables(r) {
-            if !known(&v, NO_EXTRA) {
-                problems.push((r.at.clone(), child.clone(), v, NO_EXTRA));
+    let reads = c
+        .expr_refs
+        .iter()
+        .map(|(r, child, extra)| (r.at.clone(), child, extra, p.expression_variables(r)))
+        .chain(
+            c.text_refs
+                .iter()
+                .map(|(r, child, _, extra)| (r.at.clone(), child, extra, p.template_variables(r))),
+        );
+    for (at, child, extra, vars) in reads {
+        for v in vars {
+            let known = TEMPLATE_VARIABLES.contains(&v.as_str())
+                || GLOBALS.contains(&v.as_str())
+                || extra.contains(&v);
+            if !known {
+                problems.push((at.clone(), child.clone(), v, extra.clone()));
             }
         }
     }
     for (at, child, v, extra) in problems {
         let mut vars: Vec<&str> = TEMPLATE_VARIABLES.to_vec();
-        vars.extend(extra);
+        vars.extend(extra.iter().map(String::as_str));
+        let fix = if v == "children" && extra.iter().any(|e| e == "rendered") {
+            "a template reads another child as `rendered.<id>` (the object as rendered) or `observed.<id>` (as it is in the cluster)".to_string()
+        } else {
+            match vars.iter().find(|k| edit_distance(k, &v) <= 2) {
+                Some(k) => format!("did you mean `{k}`?"),
+                None => format!("use one of: {}", vars.join(", ")),
+            }
+        };
         c.error(
             &at,
             child.as_deref(),
             format!("unknown variable `{v}`"),
-            match vars.iter().find(|k| edit_distance(k, &v) <= 2) {
-                Some(k) => format!("did you mean `{k}`?"),
-                None => format!("use one of: {}", vars.join(", ")),
-            },
+            fix,
         );
     }
 }
@@ -860,7 +701,7 @@ fn check_filters_and_tests(c: &mut Compiler<'_>) {
     uses.extend(
         c.text_refs
             .iter()
-            .map(|(r, child, src)| (r.at.clone(), child.clone(), helpers::template_code(src))),
+            .map(|(r, child, src, _)| (r.at.clone(), child.clone(), helpers::template_code(src))),
     );
     let mut problems = Vec::new();
     for (at, child, code) in uses {

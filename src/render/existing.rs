@@ -1,0 +1,84 @@
+//! Existing objects a rule reads: what to look for, for one custom resource (a name, or
+//! labels), evaluated from the rule's templates. Finding them is the caller's (the cache
+//! in the cluster, files offline); [`super::Scope::with_existing`] takes what was found.
+
+use super::object::eval_value;
+use super::{RenderError, Scope};
+use crate::rules::{CompiledRule, Find};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// What to look for in the custom resource's namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    Name(String),
+    Labels(BTreeMap<String, String>),
+}
+
+impl Lookup {
+    /// Whether `o` (an object as JSON) is one this lookup finds.
+    pub fn matches(&self, o: &Value) -> bool {
+        match self {
+            Lookup::Name(n) => o.pointer("/metadata/name").and_then(Value::as_str) == Some(n),
+            Lookup::Labels(want) => {
+                let labels = o.pointer("/metadata/labels");
+                want.iter().all(|(k, v)| {
+                    labels.and_then(|l| l.get(k)).and_then(Value::as_str) == Some(v.as_str())
+                })
+            }
+        }
+    }
+}
+
+/// For each of the rule's `existing`, what to look for (in rule order).
+pub fn lookups(rule: &CompiledRule, scope: &Scope) -> Result<Vec<Lookup>, RenderError> {
+    rule.existing
+        .iter()
+        .map(|e| {
+            let text = |node, what: &str| -> Result<String, RenderError> {
+                match eval_value(rule, &e.id, node, &scope.ctx)? {
+                    Value::String(s) if !s.is_empty() => Ok(s),
+                    other => Err(RenderError::Eval {
+                        at: format!("{}:{}", rule.at.file.display(), e.at.line),
+                        child: e.id.clone(),
+                        field: what.into(),
+                        reason: format!("rendered to {other}, not a non-empty string"),
+                    }),
+                }
+            };
+            Ok(match &e.find {
+                Find::Name(n) => Lookup::Name(text(n, "name")?),
+                Find::Selector(labels) => Lookup::Labels(
+                    labels
+                        .iter()
+                        .map(|(k, v)| Ok((k.clone(), text(v, k)?)))
+                        .collect::<Result<_, RenderError>>()?,
+                ),
+            })
+        })
+        .collect()
+}
+
+/// What was found for `lookup` among `objects` (the existing kind's objects in the
+/// namespace): the object for a name (Err naming it when missing), the sorted list for labels.
+pub fn found(
+    kind: &str,
+    lookup: &Lookup,
+    objects: impl IntoIterator<Item = Value>,
+) -> Result<Value, String> {
+    let mut hits: Vec<Value> = objects.into_iter().filter(|o| lookup.matches(o)).collect();
+    match lookup {
+        Lookup::Name(n) => hits.pop().ok_or_else(|| format!("{kind} `{n}`")),
+        Lookup::Labels(_) => {
+            hits.sort_by(|a, b| {
+                let name = |o: &Value| {
+                    o.pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                };
+                name(a).cmp(&name(b))
+            });
+            Ok(Value::Array(hits))
+        }
+    }
+}

@@ -1,0 +1,462 @@
+//! The children of a rule: each child's template, collection and conditions; the
+//! existing objects it reads; and the graph that orders them (see [`crate::rules::graph`]).
+
+use super::{
+    CHILD_VARIABLES, CompiledChild, CompiledExisting, Compiler, Each, Find, INDEX_VARIABLE,
+    NO_EXTRA, Node, READY_VARIABLES, Scalar, TEMPLATE_VARIABLES, classify, edit_distance,
+    is_identifier, is_label_value,
+};
+use crate::rules::graph::{self, Reads, Reference};
+use crate::rules::kinds::{check_builtin_kind, known_cluster_scoped};
+use crate::rules::program::Program;
+use crate::rules::spec::{ChildSpec, ExistingSpec, RuleSpec};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// A list entry that repeats: `{forEach: <list>, as: <name>, item: <entry>}`.
+pub(super) struct Repetition<'a> {
+    over: &'a str,
+    var: Option<&'a str>,
+    item: &'a Value,
+}
+
+/// Whether a list entry is a repetition: a mapping of `forEach` (a string), `item`, and
+/// optionally `as`, and nothing else.
+pub(super) fn repetition(v: &Value) -> Option<Repetition<'_>> {
+    let m = v.as_object()?;
+    let keys_ok = m
+        .keys()
+        .all(|k| matches!(k.as_str(), "forEach" | "as" | "item"));
+    if !keys_ok {
+        return None;
+    }
+    Some(Repetition {
+        over: m.get("forEach")?.as_str()?,
+        var: m.get("as").and_then(Value::as_str),
+        item: m.get("item")?,
+    })
+}
+
+/// `forEach` is an expression, like `when`; `"{{ spec.ports }}"` is taken as `spec.ports`.
+fn bare(src: &str) -> &str {
+    match classify(src) {
+        Scalar::Expr(inner) => inner,
+        _ => src,
+    }
+}
+
+impl Compiler<'_> {
+    /// The item variable of a repetition: `as`, or `item`.
+    fn item_variable(&mut self, path: &str, child: &str, given: Option<&str>) -> Arc<str> {
+        let var = given.unwrap_or("item");
+        let taken = TEMPLATE_VARIABLES.contains(&var)
+            || CHILD_VARIABLES.contains(&var)
+            || var == INDEX_VARIABLE
+            || self.scope_vars.iter().any(|v| v == var);
+        if !is_identifier(var) || taken {
+            self.error(
+                path,
+                Some(child),
+                format!("`as: {var}` cannot name the item: it is not an identifier, or another variable has that name"),
+                "pick another name, e.g. `as: port`",
+            );
+        }
+        var.into()
+    }
+
+    /// Compiles a repeated list entry.
+    pub(super) fn each(&mut self, rep: Repetition<'_>, path: &str, child: &str) -> Node {
+        let var = self.item_variable(&format!("{path}.as"), child, rep.var);
+        let over = self.expr(
+            &format!("{path}.forEach"),
+            Some(child),
+            bare(rep.over),
+            NO_EXTRA,
+        );
+        let outer = self.scope_vars.len();
+        self.scope_vars.push(var.to_string());
+        self.scope_vars.push(INDEX_VARIABLE.into());
+        let item = self.node(rep.item, &format!("{path}.item"), child);
+        self.scope_vars.truncate(outer);
+        Node::Each(Box::new((Each { over, var }, item)))
+    }
+}
+
+/// Refuses an unknown or cluster-scoped built-in kind.
+fn check_kind(c: &mut Compiler<'_>, path: &str, id: &str, api_version: &str, kind: &str) {
+    let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+    if let Err(kinds) = check_builtin_kind(api_version, kind) {
+        let close = kinds
+            .iter()
+            .find(|k| k.eq_ignore_ascii_case(kind) || edit_distance(k, kind) <= 2);
+        let fix = match close {
+            Some(k) => format!("did you mean `{k}`?"),
+            None => format!("{api_version} has: {}", kinds.join(", ")),
+        };
+        c.error(
+            path,
+            Some(id),
+            format!("unknown kind {kind:?} in {api_version}"),
+            fix,
+        );
+    } else if known_cluster_scoped(group, kind) {
+        c.error(
+            path,
+            Some(id),
+            format!(
+                "{kind} is cluster-scoped; children always live in the custom resource's namespace"
+            ),
+            "use a namespaced kind (e.g. Role instead of ClusterRole)",
+        );
+    }
+}
+
+pub(super) fn compile_child(
+    c: &mut Compiler<'_>,
+    i: usize,
+    ch: &ChildSpec,
+) -> Option<CompiledChild> {
+    let base = format!("children[{i}]");
+    let id = ch.id.as_str();
+    if !is_label_value(id) {
+        c.error(
+            &format!("{base}.id"),
+            Some(id),
+            format!("child id {id:?} is not a valid label value"),
+            "use lowercase letters, digits and '-'",
+        );
+    }
+    let tpath = format!("{base}.template");
+    let Some(t) = ch.template.as_object() else {
+        c.error(
+            &tpath,
+            Some(id),
+            "template is not a mapping",
+            "write the child object as YAML under `template:`",
+        );
+        return None;
+    };
+    let literal = |key: &str| {
+        t.get(key)
+            .and_then(Value::as_str)
+            .filter(|s| matches!(classify(s), Scalar::Literal))
+    };
+    let (Some(api_version), Some(kind)) = (literal("apiVersion"), literal("kind")) else {
+        c.error(
+            &tpath,
+            Some(id),
+            "template needs literal `apiVersion` and `kind` (they cannot be templated)",
+            "write e.g. `apiVersion: apps/v1` and `kind: Deployment`",
+        );
+        return None;
+    };
+    check_kind(c, &format!("{tpath}.kind"), id, api_version, kind);
+    let meta = t.get("metadata").and_then(Value::as_object);
+    if meta
+        .and_then(|m| m.get("name"))
+        .is_none_or(|n| n.as_str().is_none_or(str::is_empty))
+    {
+        c.error(
+            &format!("{tpath}.metadata"),
+            Some(id),
+            "template has no metadata.name",
+            "name the child, e.g. `name: \"{{ name }}-web\"`",
+        );
+    }
+    if let Some(ns) = meta.and_then(|m| m.get("namespace")) {
+        let literal_ns = ns
+            .as_str()
+            .is_none_or(|s| matches!(classify(s), Scalar::Literal));
+        if literal_ns {
+            c.error(&format!("{tpath}.metadata.namespace"), Some(id), format!("template sets metadata.namespace to {ns}; children always live in the custom resource's namespace"), "remove metadata.namespace (ruleop sets it)");
+        }
+    }
+    // The child's expressions see the other children; a collection's, its item too.
+    c.scope_vars = CHILD_VARIABLES.iter().map(|v| v.to_string()).collect();
+    let each = ch.for_each.as_deref().map(|src| {
+        let var = c.item_variable(&format!("{base}.as"), id, ch.item_as.as_deref());
+        let over = c.expr(&format!("{base}.forEach"), Some(id), bare(src), NO_EXTRA);
+        Each { over, var }
+    });
+    if each.is_none() && ch.item_as.is_some() {
+        c.error(
+            &format!("{base}.as"),
+            Some(id),
+            "`as` names the item of a `forEach`, and this child has none",
+            "add `forEach: <a list>`, or remove `as`",
+        );
+    }
+    if let Some(e) = &each {
+        c.scope_vars.push(e.var.to_string());
+        c.scope_vars.push(INDEX_VARIABLE.into());
+    }
+    let template = c.node(&ch.template, &tpath, id);
+    let when = ch
+        .when
+        .as_deref()
+        .map(|w| c.expr(&format!("{base}.when"), Some(id), w, NO_EXTRA));
+    // Readiness sees the live child, and the item of a collection.
+    c.scope_vars
+        .retain(|v| !CHILD_VARIABLES.contains(&v.as_str()));
+    let ready_when = ch
+        .ready_when
+        .as_deref()
+        .map(|w| c.expr(&format!("{base}.readyWhen"), Some(id), w, READY_VARIABLES));
+    c.scope_vars.clear();
+    Some(CompiledChild {
+        id: id.to_string(),
+        api_version: api_version.to_string(),
+        kind: kind.to_string(),
+        when,
+        template,
+        adopt: ch.adopt,
+        ready_when,
+        each,
+        // Filled in by `link` once every child and existing object is known.
+        after: Vec::new(),
+        reads: Reads::default(),
+        at: c.at(&base),
+    })
+}
+
+/// Two children of one kind (group and kind: a version is only a view of the same
+/// objects) whose name templates are the same text would render one object twice, each
+/// apply undoing the other's. (Names that only happen to render the same for one resource
+/// are caught at render time.)
+pub(super) fn check_same_names(c: &mut Compiler<'_>, spec: &RuleSpec) {
+    let key = |ch: &ChildSpec| {
+        let t = &ch.template;
+        let group = t
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .map(|v| v.rsplit_once('/').map(|(g, _)| g).unwrap_or(""))?;
+        let kind = t.get("kind").and_then(Value::as_str)?;
+        let name = t.pointer("/metadata/name").and_then(Value::as_str)?;
+        Some((group.to_string(), kind.to_string(), name.trim().to_string()))
+    };
+    for (i, later) in spec.children.iter().enumerate() {
+        let Some(k) = key(later) else { continue };
+        if let Some(first) = spec.children[..i]
+            .iter()
+            .find(|e| key(e).as_ref() == Some(&k))
+        {
+            c.error(
+                &format!("children[{i}].template.metadata.name"),
+                Some(&later.id),
+                format!(
+                    "children `{}` and `{}` both make {} {:?}: each apply would undo the other's",
+                    first.id, later.id, k.1, k.2
+                ),
+                "give one of them another name (e.g. add a suffix), or merge the two children",
+            );
+        }
+    }
+}
+
+/// Compiles the rule's `existing[]` references.
+pub(super) fn compile_existing(c: &mut Compiler<'_>, spec: &RuleSpec) -> Vec<CompiledExisting> {
+    let mut out = Vec::new();
+    let mut seen: BTreeSet<&str> = spec.children.iter().map(|ch| ch.id.as_str()).collect();
+    for (i, e) in spec.existing.iter().enumerate() {
+        let base = format!("existing[{i}]");
+        if let Some(x) = compile_one_existing(c, &base, e, &mut seen) {
+            out.push(x);
+        }
+    }
+    out
+}
+
+fn compile_one_existing<'s>(
+    c: &mut Compiler<'_>,
+    base: &str,
+    e: &'s ExistingSpec,
+    seen: &mut BTreeSet<&'s str>,
+) -> Option<CompiledExisting> {
+    let id = e.id.as_str();
+    if !is_identifier(id) {
+        c.error(
+            &format!("{base}.id"),
+            Some(id),
+            format!("existing id {id:?} is not an identifier"),
+            "use letters, digits and '_' (templates read it as `existing.<id>`)",
+        );
+    }
+    if !seen.insert(id) {
+        c.error(
+            &format!("{base}.id"),
+            Some(id),
+            format!("id {id:?} is already used by a child or another existing object"),
+            "give every child and existing object of a rule its own id",
+        );
+    }
+    check_kind(c, &format!("{base}.kind"), id, &e.api_version, &e.kind);
+    let find = match (&e.name, &e.selector) {
+        (Some(name), None) => {
+            Find::Name(c.node(&Value::String(name.clone()), &format!("{base}.name"), id))
+        }
+        (None, Some(labels)) => Find::Selector(
+            labels
+                .iter()
+                .map(|(k, v)| (k.clone(), c.node(v, &format!("{base}.selector.{k}"), id)))
+                .collect(),
+        ),
+        _ => {
+            c.error(
+                base,
+                Some(id),
+                "an existing object needs either `name` or `selector`",
+                "e.g. `name: \"{{ spec.secretName }}\"`, or `selector: {app: db}`",
+            );
+            return None;
+        }
+    };
+    Some(CompiledExisting {
+        id: id.to_string(),
+        api_version: e.api_version.clone(),
+        kind: e.kind.clone(),
+        find,
+        at: c.at(base),
+    })
+}
+
+/// The index of the child an expression at `at` belongs to (`children[3].template...`).
+fn child_at(at: &str) -> Option<usize> {
+    at.strip_prefix("children[")?
+        .split(']')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Finds what every child reads of the others and of the existing objects, resolves
+/// `after`, and orders the children; unknown ids and cycles are errors.
+pub(super) fn link(
+    c: &mut Compiler<'_>,
+    spec: &RuleSpec,
+    program: &Program,
+    children: &mut [CompiledChild],
+    existing: &[CompiledExisting],
+) -> (Vec<usize>, Vec<BTreeSet<usize>>) {
+    let ids: Vec<&str> = spec.children.iter().map(|ch| ch.id.as_str()).collect();
+    let found: Vec<(usize, std::sync::Arc<str>, Vec<Reference>)> = c
+        .expr_refs
+        .iter()
+        .filter_map(|(r, _, _)| Some((child_at(&r.at)?, r.at.clone(), program.expression_paths(r))))
+        .chain(c.text_refs.iter().filter_map(|(r, ..)| {
+            Some((child_at(&r.at)?, r.at.clone(), program.template_paths(r)))
+        }))
+        .map(|(i, at, paths)| (i, at, graph::references(&paths)))
+        .collect();
+    for (i, at, refs) in found {
+        for r in refs {
+            resolve(c, &ids, existing, children.get_mut(i), &at, r);
+        }
+    }
+    for (i, ch) in spec.children.iter().enumerate() {
+        for (k, name) in ch.after.iter().enumerate() {
+            match ids.iter().position(|id| id == name) {
+                Some(j) => {
+                    if let Some(child) = children.get_mut(i) {
+                        child.after.push(j);
+                    }
+                }
+                None => unknown_id(
+                    c,
+                    &format!("children[{i}].after[{k}]"),
+                    &ch.id,
+                    "child",
+                    name,
+                    &ids,
+                ),
+            }
+        }
+    }
+    let deps: Vec<BTreeSet<usize>> = children
+        .iter()
+        .map(|ch| {
+            let mut d: BTreeSet<usize> = ch.after.iter().copied().collect();
+            d.extend(&ch.reads.rendered);
+            d.extend(&ch.reads.observed);
+            d
+        })
+        .collect();
+    let order = match graph::order(&deps) {
+        Ok(o) => o,
+        Err(cycle) => {
+            let names: Vec<&str> = cycle
+                .iter()
+                .map(|&i| ids.get(i).copied().unwrap_or("?"))
+                .collect();
+            let first = cycle.first().copied().unwrap_or(0);
+            c.error(
+                &format!("children[{first}]"),
+                ids.get(first).copied(),
+                format!(
+                    "children depend on each other in a cycle: {}",
+                    names.join(" → ")
+                ),
+                "remove one of these references (rendered./observed.) or `after` entries",
+            );
+            Vec::new()
+        }
+    };
+    (order, deps)
+}
+
+/// Books one reference of a child's template.
+fn resolve(
+    c: &mut Compiler<'_>,
+    ids: &[&str],
+    existing: &[CompiledExisting],
+    child: Option<&mut CompiledChild>,
+    at: &str,
+    r: Reference,
+) {
+    let Some(child) = child else { return };
+    let id = child.id.clone();
+    let of_child = |name: &str| ids.iter().position(|i| *i == name);
+    match r {
+        Reference::Rendered(name) => match of_child(&name) {
+            Some(j) => {
+                child.reads.rendered.insert(j);
+            }
+            None => unknown_id(c, at, &id, "child", &name, ids),
+        },
+        Reference::Observed(name) => match of_child(&name) {
+            Some(j) => {
+                child.reads.observed.insert(j);
+            }
+            None => unknown_id(c, at, &id, "child", &name, ids),
+        },
+        Reference::Existing(name) => match existing.iter().position(|e| e.id == name) {
+            Some(j) => {
+                child.reads.existing.insert(j);
+            }
+            None => {
+                let known: Vec<&str> = existing.iter().map(|e| e.id.as_str()).collect();
+                unknown_id(c, at, &id, "existing object", &name, &known)
+            }
+        },
+        Reference::Dynamic(var) => c.error(
+            at,
+            Some(&id),
+            format!("`{var}` is read without naming which one"),
+            format!("write `{var}.<id>` with the id itself (ruleop orders children by what they read, so it must know)"),
+        ),
+    }
+}
+
+fn unknown_id(c: &mut Compiler<'_>, at: &str, child: &str, what: &str, name: &str, known: &[&str]) {
+    let fix = match known.iter().find(|k| edit_distance(k, name) <= 2) {
+        Some(k) => format!("did you mean `{k}`?"),
+        None if known.is_empty() => format!("the rule has no {what} to refer to"),
+        None => format!("use one of: {}", known.join(", ")),
+    };
+    c.error(
+        at,
+        Some(child),
+        format!("`{name}` names no {what} of this rule"),
+        fix,
+    );
+}
