@@ -62,6 +62,11 @@ pub fn render_with(
     let mut waiting = Vec::new();
     for &i in &rule.order {
         let child = &rule.children[i];
+        if walk.excluded(child) {
+            // `when` is false: nothing to make, nothing to wait for.
+            walk.done[i] = Some(Done::Objects(Vec::new()));
+            continue;
+        }
         let result = match walk.gate(child) {
             Some(reason) => Err(reason),
             None => match walk.objects(child) {
@@ -103,6 +108,19 @@ impl Walk<'_> {
     fn describe(&self, x: usize) -> String {
         let r = &self.out[x];
         format!("child `{}` ({} {})", r.instance(), r.kind, r.name)
+    }
+
+    /// Whether the `when` of a single child is already false (with what is there so far:
+    /// a condition that cannot be decided yet is left to the render, after the gate).
+    fn excluded(&mut self, child: &CompiledChild) -> bool {
+        let (Some(w), None) = (&child.when, &child.each) else {
+            return false;
+        };
+        let ctx = self.context(child);
+        self.rule
+            .program
+            .eval(w, &ctx)
+            .is_ok_and(|v| !v.is_true())
     }
 
     /// Why `child` cannot be rendered yet, if it cannot.
@@ -158,7 +176,7 @@ impl Walk<'_> {
         for &d in &child.reads.observed {
             observed.insert(self.rule.children[d].id.clone(), self.value_of(d, true));
         }
-        let vars = [
+        let vars = std::collections::BTreeMap::from([
             (
                 "rendered",
                 minijinja::Value::from(minijinja::value::Serde(&rendered)),
@@ -167,8 +185,8 @@ impl Walk<'_> {
                 "observed",
                 minijinja::Value::from(minijinja::value::Serde(&observed)),
             ),
-        ];
-        minijinja::value::merge_maps([minijinja::Value::from_iter(vars), self.scope.ctx.clone()])
+        ]);
+        minijinja::value::merge_maps([minijinja::Value::from(vars), self.scope.ctx.clone()])
     }
 
     /// Child `d` as its readers see it: its object (none when not made), or for a

@@ -51,14 +51,14 @@ pub(super) fn item_context(
     index: usize,
     value: minijinja::Value,
 ) -> minijinja::Value {
-    let vars: Vec<(&str, minijinja::Value)> = vec![
+    let vars = std::collections::BTreeMap::from([
         (var, value),
         (
             crate::rules::compile::INDEX_VARIABLE,
             minijinja::Value::from(index),
         ),
-    ];
-    minijinja::value::merge_maps([minijinja::Value::from_iter(vars), ctx.clone()])
+    ]);
+    minijinja::value::merge_maps([minijinja::Value::from(vars), ctx.clone()])
 }
 
 /// Renders one object of a child with `ctx` as its variables (the scope's, plus what the
