@@ -1,7 +1,8 @@
 //! The least RBAC a set of rules needs, derived from the rules alone: read and watch the
 //! watched kinds and write their status; `update` on their `finalizers` (a child's
 //! `blockOwnerDeletion` needs it where the OwnerReferencesPermissionEnforcement admission
-//! plugin is on); full control of each child kind; Events on the custom resources; the
+//! plugin is on); full control of each child kind; get/list/watch of the kinds of the
+//! existing objects a rule reads; Events on the custom resources; the
 //! leader Lease and the inventory ConfigMap in the operator's own namespace. Nothing else.
 
 use crate::controller::inventory::INVENTORY;
@@ -118,6 +119,10 @@ fn permissions(
         for c in &rule.children {
             add(c.group(), plural_of(&c.kind), CHILD);
         }
+        // Existing objects are only read (and watched, to follow their changes).
+        for e in &rule.existing {
+            add(e.group(), plural_of(&e.kind), READ);
+        }
     }
     add("events.k8s.io", "events".into(), EVENTS);
     p
@@ -232,6 +237,38 @@ mod tests {
             m[2]["kind"], "Role",
             "the Lease is only in the operator's namespace"
         );
+    }
+
+    #[test]
+    fn existing_objects_are_only_read() {
+        let (rules, errors) = crate::rules::load_str(
+            include_str!("../tests/fixtures/microservice/rules.yaml"),
+            std::path::Path::new("m.yaml"),
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let t = Target {
+            name: "ruleop".into(),
+            service_account: "ruleop".into(),
+            operator_namespace: "ruleop-system".into(),
+            namespace: None,
+            without_status_subresource: BTreeSet::new(),
+        };
+        let role = manifests(&rules, &t)[0]["rules"].clone();
+        let secrets: Vec<&Value> = role
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| {
+                x["apiGroups"][0] == ""
+                    && x["resources"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|y| y == "secrets")
+            })
+            .collect();
+        assert_eq!(secrets.len(), 1, "{role}");
+        assert_eq!(secrets[0]["verbs"], json!(["get", "list", "watch"]));
     }
 
     #[test]

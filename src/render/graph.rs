@@ -117,10 +117,7 @@ impl Walk<'_> {
             return false;
         };
         let ctx = self.context(child);
-        self.rule
-            .program
-            .eval(w, &ctx)
-            .is_ok_and(|v| !v.is_true())
+        self.rule.program.eval(w, &ctx).is_ok_and(|v| !v.is_true())
     }
 
     /// Why `child` cannot be rendered yet, if it cannot.

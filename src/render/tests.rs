@@ -412,15 +412,24 @@ fn plan_with(spec: Value, live: &[(&str, Value)]) -> Plan {
 }
 
 fn names(p: &Plan) -> Vec<String> {
-    p.children.iter().map(|c| c.instance() + ":" + &c.name).collect()
+    p.children
+        .iter()
+        .map(|c| c.instance() + ":" + &c.name)
+        .collect()
 }
 
 #[test]
 fn a_collection_makes_one_object_per_item_and_a_list_entry_repeats_per_item() {
     let p = plan_with(shop_spec(), &[]);
     let n = names(&p);
-    assert!(n.contains(&"allow[0]:shop-from-frontend".to_string()), "{n:?}");
-    assert!(n.contains(&"allow[1]:shop-from-prometheus".to_string()), "{n:?}");
+    assert!(
+        n.contains(&"allow[0]:shop-from-frontend".to_string()),
+        "{n:?}"
+    );
+    assert!(
+        n.contains(&"allow[1]:shop-from-prometheus".to_string()),
+        "{n:?}"
+    );
     let svc = p.children.iter().find(|c| c.id == "service").unwrap();
     assert_eq!(
         svc.object["spec"]["ports"],
@@ -445,7 +454,13 @@ fn a_child_waits_for_what_it_reads_and_comes_after() {
     let waiting: Vec<&str> = p.waiting.iter().map(|w| w.id.as_str()).collect();
     assert_eq!(waiting, vec!["app", "address"], "{p:?}");
     assert!(p.waiting[0].reason.contains("to be created"), "{p:?}");
-    let job = p.children.iter().find(|c| c.id == "migrate").unwrap().name.clone();
+    let job = p
+        .children
+        .iter()
+        .find(|c| c.id == "migrate")
+        .unwrap()
+        .name
+        .clone();
     // The Job exists but has not completed: still waiting, saying why.
     let p = plan_with(shop_spec(), &[(&job, json!({"status": {}}))]);
     assert!(
@@ -462,13 +477,22 @@ fn a_child_waits_for_what_it_reads_and_comes_after() {
     // The Service exists but has no cluster IP yet: the address waits for that field.
     let p = plan_with(shop_spec(), &[(&job, done), ("shop", json!({"spec": {}}))]);
     let w = p.waiting.iter().find(|w| w.id == "address").unwrap();
-    assert!(w.reason.contains("observed.service.spec.clusterIP"), "{w:?}");
+    assert!(
+        w.reason.contains("observed.service.spec.clusterIP"),
+        "{w:?}"
+    );
 }
 
 #[test]
 fn the_checksum_of_a_rendered_child_changes_with_its_content_only() {
     let job_done = |p: &Plan| {
-        let job = p.children.iter().find(|c| c.id == "migrate").unwrap().name.clone();
+        let job = p
+            .children
+            .iter()
+            .find(|c| c.id == "migrate")
+            .unwrap()
+            .name
+            .clone();
         (job, json!({"status": {"succeeded": 1}}))
     };
     let first = plan_with(shop_spec(), &[]);
@@ -512,7 +536,10 @@ fn foreach_over_something_else_than_a_list_fails_the_render_with_its_line() {
         .unwrap()
         .with_existing(&r, vec![Ok(secret())]);
     let e = render_with(&r, &s, &|_| None).unwrap_err().to_string();
-    assert!(e.contains("not a list") && e.contains("test.yaml:110"), "{e}");
+    assert!(
+        e.contains("not a list") && e.contains("test.yaml:110"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -538,7 +565,10 @@ fn a_cycle_between_children_is_refused_at_load_naming_it() {
         "{HEAD}children:\n  - id: a\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: x}}, data: {{k: \"{{{{ rendered.b.data.k }}}}\"}}}}\n  - id: b\n    after: [a]\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: y}}}}\n"
     ));
     assert_eq!(e.len(), 1, "{e:?}");
-    assert!(e[0].contains("cycle: a → b → a") && e[0].contains("g.yaml:4"), "{e:?}");
+    assert!(
+        e[0].contains("cycle: a → b → a") && e[0].contains("g.yaml:4"),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -547,11 +577,20 @@ fn references_to_unknown_or_unnamed_children_are_refused_at_load() {
         "{HEAD}children:\n  - id: cfg\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: x}}}}\n  - id: app\n    after: [cgf]\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: y}}, data: {{a: \"{{{{ rendered.cfgg }}}}\", b: \"{{{{ rendered[spec.x] }}}}\", c: \"{{{{ existing.db }}}}\", d: \"{{{{ children.cfg }}}}\"}}}}\n"
     ));
     let all = e.join("\n");
-    assert!(all.contains("`cgf` names no child") && all.contains("did you mean `cfg`?"), "{all}");
+    assert!(
+        all.contains("`cgf` names no child") && all.contains("did you mean `cfg`?"),
+        "{all}"
+    );
     assert!(all.contains("`cfgg` names no child"), "{all}");
-    assert!(all.contains("`rendered` is read without naming which one"), "{all}");
+    assert!(
+        all.contains("`rendered` is read without naming which one"),
+        "{all}"
+    );
     assert!(all.contains("`db` names no existing object"), "{all}");
-    assert!(all.contains("unknown variable `children`") && all.contains("rendered.<id>"), "{all}");
+    assert!(
+        all.contains("unknown variable `children`") && all.contains("rendered.<id>"),
+        "{all}"
+    );
 }
 
 #[test]
@@ -560,5 +599,8 @@ fn an_item_variable_is_seen_only_inside_its_repetition() {
         "{HEAD}children:\n  - id: svc\n    template:\n      apiVersion: v1\n      kind: Service\n      metadata: {{name: x, labels: {{p: \"{{{{ port.name }}}}\"}}}}\n      spec:\n        ports:\n          - forEach: spec.ports\n            as: port\n            item: {{port: \"{{{{ port.port }}}}\", name: \"{{{{ index }}}}\"}}\n"
     ));
     assert_eq!(e.len(), 1, "{e:?}");
-    assert!(e[0].contains("unknown variable `port`") && e[0].contains("g.yaml:8"), "{e:?}");
+    assert!(
+        e[0].contains("unknown variable `port`") && e[0].contains("g.yaml:8"),
+        "{e:?}"
+    );
 }
