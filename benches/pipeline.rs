@@ -53,13 +53,54 @@ fn status(c: &mut Criterion) {
         children.into_iter().map(|c| (c.id, c.object)).collect();
     observed.get_mut("deployment").unwrap()["status"] = json!({"readyReplicas": 3, "replicas": 3});
     let scope = ruleop::render::scope(&rule, &cr).unwrap();
+    let plan = ruleop::render::render_with(&rule, &scope, &|_| None).unwrap();
     let mut g = c.benchmark_group("status");
     g.throughput(Throughput::Elements(1));
     g.bench_function("WebSite status from its children", |b| {
-        b.iter(|| ruleop::status::compute(&rule, &scope, black_box(&cr), &observed))
+        b.iter(|| ruleop::status::compute(&rule, &scope, black_box(&cr), Some(&plan), &observed))
     });
     g.finish();
 }
 
-criterion_group!(benches, load, render, status);
+const MICROSERVICE: &str = include_str!("../tests/fixtures/microservice/rules.yaml");
+
+/// The Microservice fixture with 100 peers (one NetworkPolicy each) and 100 ports (one
+/// Service port and one container port each), its Secret and Job there.
+fn collection(c: &mut Criterion) {
+    let (mut rules, errors) = ruleop::rules::load_str(MICROSERVICE, Path::new("m.yaml"));
+    assert!(errors.is_empty());
+    let rule = rules.remove(0);
+    let peers: Vec<String> = (0..100).map(|i| format!("peer-{i}")).collect();
+    let ports: Vec<_> = (0..100)
+        .map(|i| json!({"name": format!("p{i}"), "port": 8000 + i}))
+        .collect();
+    let cr = json!({
+        "apiVersion": "example.ruleop.dev/v1", "kind": "Microservice",
+        "metadata": {"name": "shop", "namespace": "bench", "uid": "u"},
+        "spec": {"image": "shop:1", "replicas": 2, "secretName": "db", "config": {"A": "1"},
+                 "ports": ports, "allowFrom": peers}
+    });
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}});
+    let complete = json!({"status": {"succeeded": 1}, "spec": {"clusterIP": "10.0.0.1"}});
+    let live = |r: &ruleop::render::Rendered| {
+        (r.kind == "Job" || r.kind == "Service").then(|| complete.clone())
+    };
+    let scope = || {
+        ruleop::render::scope(&rule, &cr)
+            .unwrap()
+            .with_existing(&rule, vec![Ok(secret.clone())])
+    };
+    let plan = ruleop::render::render_with(&rule, &scope(), &live).unwrap();
+    assert!(plan.waiting.is_empty(), "{:?}", plan.waiting);
+    let objects = plan.children.len() as u64;
+    let mut g = c.benchmark_group("render");
+    g.throughput(Throughput::Elements(objects));
+    g.bench_function(
+        format!("Microservice with a 100-item collection ({objects} objects, 100-entry lists)"),
+        |b| b.iter(|| ruleop::render::render_with(&rule, black_box(&scope()), &live).unwrap()),
+    );
+    g.finish();
+}
+
+criterion_group!(benches, load, render, status, collection);
 criterion_main!(benches);

@@ -116,6 +116,10 @@ fn permissions(
             format!("{}/finalizers", rule.watch.resource),
             FINALIZERS,
         );
+        if rule.deletion == crate::rules::spec::DeletionPolicy::Ordered {
+            // The finalizer of ordered deletion is set on the resource itself.
+            add(&w.group, w.resource.clone(), &["patch"]);
+        }
         for c in &rule.children {
             add(c.group(), plural_of(&c.kind), CHILD);
         }

@@ -224,3 +224,50 @@ async fn a_microservice_is_built_in_order_and_follows_its_spec_and_its_secret() 
     .await;
     common::delete_namespace(&ns);
 }
+
+#[tokio::test]
+async fn ordered_deletion_removes_dependents_first_then_releases_the_resource() {
+    let client = common::client().await;
+    install_crds(&["tests/fixtures/ordered/crd.yaml"]);
+    let ns = common::namespace(&client, "e2e-ordered").await;
+    let op = Operator::start(&ns, &["tests/fixtures/ordered/rules.yaml"], &[]);
+    let stack = format!(
+        "apiVersion: ordered.ruleop.dev/v1\nkind: Stack\nmetadata: {{name: s, namespace: {ns}}}\nspec: {{}}\n"
+    );
+    kubectl_ok(&["apply", "-f", "-"], Some(&stack));
+    let s = wait_json("stack", &ns, "s", "ready, held by the finalizer", |s| {
+        condition(s, "Ready").is_some_and(|c| c["status"] == "True")
+            && s["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "ruleop.dev/ordered-deletion"))
+    })
+    .await;
+    assert!(s["metadata"]["finalizers"].as_array().unwrap().len() == 1);
+    kubectl_ok(&["delete", "stack", "s", "-n", &ns, "--wait=false"], None);
+    eventually(Duration::from_secs(90), "stack released", || async {
+        get_json("stack", &ns, "s").is_none().then_some(())
+    })
+    .await;
+    for (kind, name) in [
+        ("configmap", "s-config"),
+        ("deployment", "s"),
+        ("service", "s"),
+    ] {
+        assert!(
+            get_json(kind, &ns, name).is_none(),
+            "{kind} {name} left behind"
+        );
+    }
+    let order: Vec<String> = op
+        .records()
+        .iter()
+        .filter(|r| r["message"] == "deleted child in order")
+        .map(|r| r["kind"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        order,
+        vec!["Service", "Deployment", "ConfigMap"],
+        "{order:?}"
+    );
+    common::delete_namespace(&ns);
+}

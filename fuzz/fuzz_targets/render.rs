@@ -52,7 +52,7 @@ fuzz_target!(|data: &[u8]| {
             observed.insert(c.id.clone(), c.object.clone());
         }
         if let Ok(scope) = ruleop::render::scope(rule, &cr) {
-            let _ = ruleop::status::compute(rule, &scope, &cr, &observed);
+            let _ = ruleop::status::compute(rule, &scope, &cr, None, &observed);
         }
     }
 });

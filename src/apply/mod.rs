@@ -86,7 +86,7 @@ pub fn classify(code: u16, message: &str) -> Option<Refusal> {
 }
 
 impl ApplyError {
-    fn from_kube(kind: &str, name: &str, e: kube::Error) -> ApplyError {
+    pub(crate) fn from_kube(kind: &str, name: &str, e: kube::Error) -> ApplyError {
         match e {
             kube::Error::Api(s) if is_uid_mismatch(s.code, &s.message) => ApplyError::Exists {
                 kind: kind.to_string(),

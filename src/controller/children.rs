@@ -193,7 +193,7 @@ fn record(
 
 /// The cached objects this resource controls of child kind `kind` (only its own: its
 /// controller ownerReference and the rule's label, which the cache selects on).
-fn owned(kind: &ChildKind, ns: &str, uid: &str) -> Vec<Arc<DynamicObject>> {
+pub(super) fn owned(kind: &ChildKind, ns: &str, uid: &str) -> Vec<Arc<DynamicObject>> {
     let ar = &kind.resolved.resource;
     kind.owners
         .children_of(uid)

@@ -3,6 +3,7 @@
 //! the rules when their files change, and shuts down gracefully on SIGTERM/SIGINT.
 
 pub mod children;
+pub mod deletion;
 pub mod discovery;
 pub mod events;
 pub mod existing;

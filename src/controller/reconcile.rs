@@ -4,6 +4,7 @@
 //! passing fault is returned as an error and retried with per-object backoff.
 
 use super::children::{self, Problem, Retry};
+use super::deletion;
 use super::leader::Fence;
 use crate::apply::{self, ApplyError, Memo, ObjectKey};
 use crate::controller::discovery::Resolved;
@@ -228,15 +229,24 @@ fn retry_later(ctx: &Ctx, cr: &DynamicObject) -> Duration {
 
 /// Reconciles one custom resource.
 pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+    let synced =
+        ctx.synced.load(std::sync::atomic::Ordering::SeqCst) || ctx.started.elapsed() >= SYNC_WAIT;
     if cr.metadata.deletion_timestamp.is_some() {
+        if deletion::has_finalizer(&cr) {
+            if !synced {
+                return Ok(Action::requeue(Duration::from_millis(250)));
+            }
+            return deletion::step(&ctx, &cr).await;
+        }
         // The garbage collector removes the children (ownerReferences).
         forget(&ctx, &cr);
         return Ok(Action::await_change());
     }
-    if !ctx.synced.load(std::sync::atomic::Ordering::SeqCst) && ctx.started.elapsed() < SYNC_WAIT {
+    if !synced {
         // A child not in the cache yet would be taken for a missing one.
         return Ok(Action::requeue(Duration::from_millis(250)));
     }
+    deletion::keep_finalizer(&ctx, &cr).await?;
     let rule = &ctx.rule;
     let _timer = ctx.metrics.reconcile(&rule.name);
     let ns = cr.namespace().unwrap_or_default();
@@ -378,21 +388,31 @@ fn report_problem(ctx: &Ctx, cr: &DynamicObject, cr_json: &Value, p: &Problem) {
         "ClusterScopedChild" => "cluster_scoped",
         "NotOwned" => "not_owned",
         "Forbidden" => "forbidden",
-        "Waiting" => "waiting",
         _ => "apply_refused",
     };
-    ctx.metrics.error(&ctx.rule.name, category);
-    tracing::warn!(rule = %ctx.rule.name, object = %key_of(cr), reason = p.reason, error = %p.message, "custom resource not synced");
+    // Waiting for a child or an existing object is the graph at work, not a fault.
+    let waiting = p.reason == "Waiting";
+    if waiting {
+        tracing::info!(rule = %ctx.rule.name, object = %key_of(cr), reason = p.reason, message = %p.message, "custom resource waits");
+    } else {
+        ctx.metrics.error(&ctx.rule.name, category);
+        tracing::warn!(rule = %ctx.rule.name, object = %key_of(cr), reason = p.reason, error = %p.message, "custom resource not synced");
+    }
     let was = cr_json
         .pointer("/status/conditions")
         .and_then(Value::as_array)
         .and_then(|a| a.iter().find(|c| c["type"] == "Synced"))
         .map(|c| (c["reason"].clone(), c["message"].clone()));
     if was != Some((json!(p.reason), json!(p.message))) {
+        let type_ = if waiting {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
         event(
             ctx,
             cr,
-            EventType::Warning,
+            type_,
             p.reason,
             "Reconcile",
             p.message.clone(),

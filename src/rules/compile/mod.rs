@@ -210,6 +210,10 @@ const GLOBALS: &[&str] = &[
     "none",
 ];
 
+/// A text template as compiled: its reference, its child, its source, and the variables
+/// it sees besides the template ones.
+type TextUse = (TextRef, Option<String>, Arc<str>, Vec<String>);
+
 /// Collects problems while compiling one rule.
 struct Compiler<'a> {
     file: &'a Path,
@@ -223,7 +227,7 @@ struct Compiler<'a> {
     /// Each expression, its child, and the variables it sees besides the template ones.
     expr_refs: Vec<(ExprRef, Option<String>, Vec<String>)>,
     /// Each text template, its child, its source, and the variables it sees besides.
-    text_refs: Vec<(TextRef, Option<String>, Arc<str>, Vec<String>)>,
+    text_refs: Vec<TextUse>,
     /// Variables every expression compiled now sees besides: the child's (`rendered`,
     /// `observed`) and those of the repetitions it is inside.
     scope_vars: Vec<String>,
