@@ -100,6 +100,12 @@ fn check_reports_each_broken_file_with_file_rule_child_and_line() {
             "unknown variant `Always`, expected one of `IfControlled`, `IfOrphan`, `Never`",
         ),
         (
+            "cycle.yaml:4:",
+            "rule `cycle`",
+            Some("child `config`"),
+            "children depend on each other in a cycle: config → app → config",
+        ),
+        (
             "same-watch.yaml:4:",
             "rule `same-watch-b`",
             None,
@@ -122,7 +128,7 @@ fn check_reports_each_broken_file_with_file_rule_child_and_line() {
         stderr.contains("fix: did you mean `Deployment`?"),
         "{stderr}"
     );
-    assert!(stdout.contains("1 rule(s) ok, 13 error(s)"), "{stdout}");
+    assert!(stdout.contains("1 rule(s) ok, 14 error(s)"), "{stdout}");
     assert!(stderr.contains("fix: did you mean `spec`?"), "{stderr}");
     assert!(
         stderr.contains("fix: write one of the values the message lists"),
