@@ -110,10 +110,11 @@ impl Walk<'_> {
         format!("child `{}` ({} {})", r.instance(), r.kind, r.name)
     }
 
-    /// Whether the `when` of a single child is already false (with what is there so far:
-    /// a condition that cannot be decided yet is left to the render, after the gate).
+    /// Whether the `when` of a single child is false before anything is waited for (a
+    /// condition that reads other children or existing objects is decided after the gate:
+    /// read while they are missing, it would say false and prune the child).
     fn excluded(&mut self, child: &CompiledChild) -> bool {
-        let (Some(w), None) = (&child.when, &child.each) else {
+        let (Some(w), None, false) = (&child.when, &child.each, child.when_reads_graph) else {
             return false;
         };
         let ctx = self.context(child);

@@ -604,3 +604,19 @@ fn an_item_variable_is_seen_only_inside_its_repetition() {
         "{e:?}"
     );
 }
+
+#[test]
+fn a_condition_on_a_missing_child_waits_instead_of_dropping_the_child() {
+    let r = rule(&format!(
+        "{HEAD}children:\n  - id: db\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: db}}}}\n  - id: app\n    when: observed.db.data.enabled == 'yes'\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: app}}}}\n"
+    ));
+    let cr = json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {}});
+    let s = scope(&r, &cr).unwrap();
+    let p = render_with(&r, &s, &|_| None).unwrap();
+    assert_eq!(p.waiting.len(), 1, "{p:?}");
+    assert_eq!(p.waiting[0].id, "app");
+    // There, and the condition decides.
+    let db = json!({"data": {"enabled": "yes"}});
+    let p = render_with(&r, &s, &|c: &Rendered| (c.name == "db").then(|| db.clone())).unwrap();
+    assert!(p.waiting.is_empty() && p.children.len() == 2, "{p:?}");
+}

@@ -216,6 +216,7 @@ pub(super) fn compile_child(
         // Filled in by `link` once every child and existing object is known.
         after: Vec::new(),
         reads: Reads::default(),
+        when_reads_graph: false,
         at: c.at(&base),
     })
 }
@@ -349,6 +350,12 @@ pub(super) fn link(
         .map(|(i, at, paths)| (i, at, graph::references(&paths)))
         .collect();
     for (i, at, refs) in found {
+        if at.ends_with(".when")
+            && !refs.is_empty()
+            && let Some(child) = children.get_mut(i)
+        {
+            child.when_reads_graph = true;
+        }
         for r in refs {
             resolve(c, &ids, existing, children.get_mut(i), &at, r);
         }

@@ -60,6 +60,9 @@ pub struct CompiledChild {
     pub after: Vec<usize>,
     /// What its templates read of other children and existing objects.
     pub reads: Reads,
+    /// Whether its `when` itself reads other children or existing objects (then it can
+    /// only be decided once they are there).
+    pub when_reads_graph: bool,
     pub at: Location,
 }
 
