@@ -187,6 +187,16 @@ async fn a_microservice_is_built_in_order_and_follows_its_spec_and_its_secret() 
         s["spec"]["ports"].as_array().is_some_and(|p| p.len() == 1)
     })
     .await;
+    let d = wait_json("deployment", &ns, "shop", "one container port", |d| {
+        d["spec"]["template"]["spec"]["containers"][0]["ports"]
+            .as_array()
+            .is_some_and(|p| p.len() == 1)
+    })
+    .await;
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"],
+        "http"
+    );
 
     // Autoscaling on: an HPA; off: gone.
     patch(&ns, r#"{"spec":{"autoscale":{"max":4}}}"#);
@@ -204,7 +214,8 @@ async fn a_microservice_is_built_in_order_and_follows_its_spec_and_its_secret() 
 
     // The Secret is deleted: the resource waits naming it, and nothing it made is lost;
     // recreated, it resumes.
-    let deployment = uid("deployment", &ns, "shop");
+    let deployment = get_json("deployment", &ns, "shop").unwrap();
+    let job = kubectl_ok(&["get", "jobs", "-n", &ns, "-o", "name"], None);
     kubectl_ok(&["delete", "secret", "shop-db", "-n", &ns], None);
     wait_json("microservice", &ns, "shop", "waiting again", |m| {
         synced(m).is_some_and(|(s, r, m)| {
@@ -212,16 +223,50 @@ async fn a_microservice_is_built_in_order_and_follows_its_spec_and_its_secret() 
         })
     })
     .await;
+    let now = get_json("deployment", &ns, "shop").unwrap();
     assert_eq!(
-        uid("deployment", &ns, "shop"),
-        deployment,
+        now["metadata"]["uid"], deployment["metadata"]["uid"],
         "a waiting child is kept"
     );
+    assert_eq!(
+        now["metadata"]["generation"], deployment["metadata"]["generation"],
+        "and left as it is"
+    );
+    assert_eq!(
+        kubectl_ok(&["get", "jobs", "-n", &ns, "-o", "name"], None),
+        job,
+        "the Job too"
+    );
     kubectl_ok(&["apply", "-f", "-"], Some(&secret(&ns)));
-    wait_json("microservice", &ns, "shop", "synced", |m| {
+    wait_json("microservice", &ns, "shop", "synced and ready", |m| {
         synced(m).is_some_and(|(s, _, _)| s == "True")
+            && condition(m, "Ready").is_some_and(|c| c["status"] == "True")
     })
     .await;
+
+    // A new image: a new migration Job (the old one pruned), then the Deployment.
+    patch(&ns, r#"{"spec":{"image":"registry.example/shop:1.5"}}"#);
+    wait_json("deployment", &ns, "shop", "new image", |d| {
+        d["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/shop:1.5"
+    })
+    .await;
+    let jobs = kubectl_ok(&["get", "jobs", "-n", &ns, "-o", "name"], None);
+    assert_eq!(jobs.lines().count(), 1, "{jobs}");
+    assert_ne!(jobs, job, "a Job for the new image");
+    wait_json("microservice", &ns, "shop", "ready again", |m| {
+        condition(m, "Ready").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+
+    // And steady again: nothing written.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let w0 = metric(&addr, "ruleop_writes_total");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        metric(&addr, "ruleop_writes_total"),
+        w0,
+        "writes in steady state after the edits"
+    );
     common::delete_namespace(&ns);
 }
 

@@ -208,21 +208,31 @@ pub(super) fn owned(kind: &ChildKind, ns: &str, uid: &str) -> Vec<Arc<DynamicObj
 }
 
 /// The live objects of the children that wait (they are not rendered, so not looked up
-/// by name): the status still reports what is there. A collection's objects are not
-/// matched to items while it waits.
+/// by name): the status still reports what is there. (A waiting collection's objects are
+/// listed in name order: its items are not known while it waits.)
 pub fn observe_waiting(ctx: &Ctx, ns: &str, uid: &str, out: &Plan, round: &mut Round) {
     for w in &out.waiting {
         let Some((i, kind)) = ctx.child(&w.id) else {
             continue;
         };
-        if ctx.rule.children[i].each.is_some() {
+        let mut mine: Vec<Value> = owned(kind, ns, uid)
+            .into_iter()
+            .filter(|o| o.labels().get(CHILD_LABEL) == Some(&w.id))
+            .filter_map(|o| serde_json::to_value(&*o).ok())
+            .collect();
+        if ctx.rule.children[i].each.is_none() {
+            if let Some(o) = mine.pop() {
+                round.observed.insert(w.id.clone(), o);
+            }
             continue;
         }
-        let mine = owned(kind, ns, uid)
-            .into_iter()
-            .find(|o| o.labels().get(CHILD_LABEL) == Some(&w.id));
-        if let Some(o) = mine.and_then(|o| serde_json::to_value(&*o).ok()) {
-            round.observed.insert(w.id.clone(), o);
+        mine.sort_by(|a, b| {
+            a["metadata"]["name"]
+                .as_str()
+                .cmp(&b["metadata"]["name"].as_str())
+        });
+        for (k, o) in mine.into_iter().enumerate() {
+            round.observed.insert(format!("{}[{k}]", w.id), o);
         }
     }
 }

@@ -94,8 +94,11 @@ pub async fn step(ctx: &Ctx, cr: &DynamicObject) -> Result<Action, ReconcileErro
         .iter()
         .flat_map(|k| owned(k, &ns, &uid).into_iter().map(move |o| (k, o)))
         .collect();
-    if objects.is_empty() || ctx.rule.deletion != DeletionPolicy::Ordered {
-        // All gone (or the rule no longer asks for order: the garbage collector does it).
+    // `kubectl delete --cascade=orphan` asks for the children to stay.
+    let orphan = cr.finalizers().iter().any(|f| f == "orphan");
+    if objects.is_empty() || orphan || ctx.rule.deletion != DeletionPolicy::Ordered {
+        // All gone (or the rule no longer asks for order, or the children are to stay:
+        // the garbage collector does what the deletion asked).
         let rest: Vec<String> = cr
             .finalizers()
             .iter()
@@ -103,6 +106,7 @@ pub async fn step(ctx: &Ctx, cr: &DynamicObject) -> Result<Action, ReconcileErro
             .cloned()
             .collect();
         set_finalizers(ctx, cr, rest).await?;
+        super::reconcile::forget(ctx, cr);
         tracing::info!(rule = %ctx.rule.name, object = %cr.name_any(), namespace = %ns, "children deleted in order; resource released");
         return Ok(Action::await_change());
     }

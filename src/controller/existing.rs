@@ -54,7 +54,19 @@ impl Readers {
         self.record(ns, name, Vec::new());
     }
 
-    /// The resources (names in the object's namespace) whose lookups find `o`.
+    /// Keeps only the resources `keep(namespace, name)` says are still there (after a
+    /// re-list of the watched kind).
+    pub fn retain(&self, keep: impl Fn(&str, &str) -> bool) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for ((_, ns), readers) in inner.iter_mut() {
+            readers.retain(|name, _| keep(ns, name));
+        }
+        inner.retain(|_, readers| !readers.is_empty());
+    }
+
+    /// The resources (names in the object's namespace) whose lookups find `o`, or may
+    /// have found it before: a label lookup reads every object of the kind in its
+    /// namespace (a label removed is a change to the list, though `o` no longer matches).
     pub fn readers_of(&self, kind: usize, o: &DynamicObject) -> Vec<String> {
         let ns = o.namespace().unwrap_or_default();
         let meta = json!({"metadata": {"name": o.name_any(), "labels": o.labels()}});
@@ -64,7 +76,11 @@ impl Readers {
             .map(|readers| {
                 readers
                     .iter()
-                    .filter(|(_, lookups)| lookups.iter().any(|l| l.matches(&meta)))
+                    .filter(|(_, lookups)| {
+                        lookups
+                            .iter()
+                            .any(|l| matches!(l, Lookup::Labels(_)) || l.matches(&meta))
+                    })
                     .map(|(name, _)| name.clone())
                     .collect()
             })
@@ -133,16 +149,12 @@ mod tests {
     fn a_changed_object_reaches_exactly_the_resources_that_read_it() {
         let r = Readers::default();
         r.record("n", "a", vec![(0, Lookup::Name("db".into()))]);
-        r.record(
-            "n",
-            "b",
-            vec![(
-                0,
-                Lookup::Labels([("team".to_string(), "x".to_string())].into()),
-            )],
-        );
+        let team = Lookup::Labels([("team".to_string(), "x".to_string())].into());
+        r.record("n", "b", vec![(0, team)]);
         r.record("m", "c", vec![(0, Lookup::Name("db".into()))]);
-        assert_eq!(r.readers_of(0, &secret("db", json!({}))), vec!["a"]);
+        let mut found = r.readers_of(0, &secret("db", json!({})));
+        found.sort();
+        assert_eq!(found, vec!["a", "b"], "b may have listed db before");
         assert_eq!(
             r.readers_of(0, &secret("other", json!({"team": "x"}))),
             vec!["b"]
@@ -150,11 +162,21 @@ mod tests {
         assert!(r.readers_of(1, &secret("db", json!({}))).is_empty());
         // A new lookup replaces the old; a forgotten resource reads nothing.
         r.record("n", "a", vec![(0, Lookup::Name("db2".into()))]);
-        assert!(r.readers_of(0, &secret("db", json!({}))).is_empty());
+        assert_eq!(r.readers_of(0, &secret("db", json!({}))), vec!["b"]);
         r.forget("n", "b");
+        assert!(r.readers_of(0, &secret("db", json!({}))).is_empty());
         assert!(
             r.readers_of(0, &secret("other", json!({"team": "x"})))
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_relist_keeps_only_the_resources_still_there() {
+        let r = Readers::default();
+        r.record("n", "a", vec![(0, Lookup::Name("db".into()))]);
+        r.record("n", "b", vec![(0, Lookup::Name("db".into()))]);
+        r.retain(|ns, name| ns == "n" && name == "b");
+        assert_eq!(r.readers_of(0, &secret("db", json!({}))), vec!["b"]);
     }
 }

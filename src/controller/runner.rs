@@ -252,27 +252,37 @@ fn forget_gone_children(
     }
 }
 
+/// What a rule keeps per custom resource, dropped when the resource is gone.
+#[derive(Clone, Default)]
+struct PerResource {
+    status_memo: Arc<Memo<(String, serde_json::Value)>>,
+    failures: Arc<Mutex<HashMap<String, u32>>>,
+    readers: Arc<Readers>,
+}
+
 fn forget_gone_parents(
     ev: &watcher::Event<DynamicObject>,
     ar: &ApiResource,
-    status_memo: &Memo<(String, serde_json::Value)>,
-    failures: &Mutex<HashMap<String, u32>>,
+    kept: &PerResource,
     relist: &Relist<ObjectKey>,
 ) {
     let key = |k: &ObjectKey| super::reconcile::failure_key(&k.namespace, &k.name);
     if let Some(listed) = relisted(relist, ar, ev) {
-        status_memo.retain(|k, _| listed.contains(k));
+        kept.status_memo.retain(|k, _| listed.contains(k));
         let names: HashSet<String> = listed.iter().map(key).collect();
-        if let Ok(mut f) = failures.lock() {
+        if let Ok(mut f) = kept.failures.lock() {
             f.retain(|k, _| names.contains(k));
         }
+        kept.readers
+            .retain(|ns, name| names.contains(&super::reconcile::failure_key(ns, name)));
     }
     if let watcher::Event::Delete(o) = ev {
         let k = ObjectKey::of_object(ar, o);
-        if let Ok(mut f) = failures.lock() {
+        if let Ok(mut f) = kept.failures.lock() {
             f.remove(&key(&k));
         }
-        status_memo.forget(&k);
+        kept.status_memo.forget(&k);
+        kept.readers.forget(&k.namespace, &k.name);
     }
 }
 
@@ -388,10 +398,8 @@ async fn run(
     };
 
     let memo = Arc::new(Memo::default());
-    let status_memo = Arc::new(Memo::default());
-    let failures: Arc<Mutex<HashMap<String, u32>>> = Default::default();
-    let forget_status = status_memo.clone();
-    let forget_failures = failures.clone();
+    let kept = PerResource::default();
+    let forget = kept.clone();
     let parent_relist = Relist::default();
     let parent_resource = parent.resource.clone();
     let parent_writer = Writer::<DynamicObject>::new(parent.resource.clone());
@@ -410,13 +418,7 @@ async fn run(
     .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
     .inspect_ok(move |ev| {
         parent_sync.observe(0, ev);
-        forget_gone_parents(
-            ev,
-            &parent_resource,
-            &forget_status,
-            &forget_failures,
-            &parent_relist,
-        );
+        forget_gone_parents(ev, &parent_resource, &forget, &parent_relist);
     })
     .reflect(parent_writer)
     .applied_objects();
@@ -465,11 +467,10 @@ async fn run(
         });
     }
 
-    let readers = Arc::new(Readers::default());
     let mut existing = Vec::new();
     for (i, k) in existing_kinds.into_iter().enumerate() {
         let (stream, store) = existing_watch(&client, &opts, &k, sync.clone(), 1 + kinds.len() + i);
-        let readers = readers.clone();
+        let readers = kept.readers.clone();
         let parent_ar = parent.resource.clone();
         let mapper = move |o: DynamicObject| {
             let ns = o.namespace().unwrap_or_default();
@@ -490,8 +491,8 @@ async fn run(
         kinds: child_kinds,
         child_kind,
         memo,
-        status_memo,
-        failures,
+        status_memo: kept.status_memo,
+        failures: kept.failures,
         resync: opts.resync,
         metrics: opts.metrics.clone(),
         events: opts.events,
@@ -507,7 +508,7 @@ async fn run(
         status_schema: Default::default(),
         existing,
         existing_kind,
-        readers,
+        readers: kept.readers,
     });
 
     tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, "rule started");
@@ -571,28 +572,22 @@ mod tests {
     #[test]
     fn a_resource_gone_while_failing_leaves_no_backoff_entry() {
         let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
-        let status: Memo<(String, serde_json::Value)> = Memo::default();
-        let failures = Mutex::new(HashMap::from([
+        let kept = PerResource::default();
+        kept.failures.lock().unwrap().extend([
             ("n/deleted".to_string(), 3),
             ("n/vanished".to_string(), 5),
             ("n/kept".to_string(), 1),
-        ]));
+        ]);
         let relist = Relist::default();
-        forget_gone_parents(
-            &watcher::Event::Delete(cm("deleted")),
-            &ar,
-            &status,
-            &failures,
-            &relist,
-        );
+        forget_gone_parents(&watcher::Event::Delete(cm("deleted")), &ar, &kept, &relist);
         for ev in [
             watcher::Event::Init,
             watcher::Event::InitApply(cm("kept")),
             watcher::Event::InitDone,
         ] {
-            forget_gone_parents(&ev, &ar, &status, &failures, &relist);
+            forget_gone_parents(&ev, &ar, &kept, &relist);
         }
-        let left: Vec<String> = failures.lock().unwrap().keys().cloned().collect();
+        let left: Vec<String> = kept.failures.lock().unwrap().keys().cloned().collect();
         assert_eq!(left, vec!["n/kept".to_string()]);
     }
 }

@@ -16,6 +16,9 @@ fn reads_observed(paths: &[String]) -> bool {
     paths.iter().any(|p| p.starts_with("observed."))
 }
 
+/// The most items one repetition may have.
+pub const MAX_ITEMS: usize = 1000;
+
 /// The items of a repetition: `over` must give a list (none gives no items).
 pub(super) fn items_of(
     rule: &CompiledRule,
@@ -39,9 +42,18 @@ pub(super) fn items_of(
             v.kind()
         ));
     }
-    v.try_iter()
+    let items: Vec<minijinja::Value> = v
+        .try_iter()
         .map(Iterator::collect)
-        .map_err(|e| jinja_reason(&e))
+        .map_err(|e| jinja_reason(&e))?;
+    if items.len() > MAX_ITEMS {
+        return Err(format!(
+            "`forEach: {}` gave {} items, more than the {MAX_ITEMS} allowed",
+            over.source,
+            items.len()
+        ));
+    }
+    Ok(items)
 }
 
 /// `ctx` with an item bound to `var` and its position to `index`.
@@ -233,10 +245,20 @@ fn eval_node(
     Ok(match node {
         Node::Literal(v) => v.clone(),
         Node::Expr(e) => {
-            let v = rule
-                .program
-                .eval(e, ctx)
-                .map_err(|x| err(&e.at, e.line, jinja_reason(&x)))?;
+            let unobserved = || {
+                reads_observed(&rule.program.expression_paths(e)).then(|| RenderError::Unobserved {
+                    child: id.to_string(),
+                    what: e.source.to_string(),
+                })
+            };
+            let v = rule.program.eval(e, ctx).map_err(|x| {
+                // `observed.lb.status.loadBalancer.ingress[0].ip` before there is an
+                // address: an index into nothing, not yet there rather than wrong.
+                match (x.kind(), unobserved()) {
+                    (minijinja::ErrorKind::UndefinedError, Some(wait)) => wait,
+                    _ => err(&e.at, e.line, jinja_reason(&x)),
+                }
+            })?;
             if v.is_undefined() {
                 if reads_observed(&rule.program.expression_paths(e)) {
                     return Err(RenderError::Unobserved {

@@ -442,9 +442,26 @@ fn a_collection_makes_one_object_per_item_and_a_list_entry_repeats_per_item() {
     let mut spec = shop_spec();
     spec["allowFrom"] = json!([]);
     spec["ports"] = json!([]);
-    let p = plan_with(spec, &[("shop-migrate-3b8de5e1", json!({}))]);
+    let job = plan_with(spec.clone(), &[])
+        .children
+        .iter()
+        .find(|c| c.id == "migrate")
+        .unwrap()
+        .name
+        .clone();
+    let done = json!({"status": {"succeeded": 1}});
+    let p = plan_with(spec, &[(&job, done)]);
     assert!(!names(&p).iter().any(|n| n.starts_with("allow")), "{p:?}");
     assert!(!names(&p).iter().any(|n| n.starts_with("service")));
+    let app = p
+        .children
+        .iter()
+        .find(|c| c.id == "app")
+        .expect("the Deployment renders");
+    assert_eq!(
+        app.object["spec"]["template"]["spec"]["containers"][0]["ports"],
+        json!([])
+    );
 }
 
 #[test]
@@ -544,10 +561,19 @@ fn foreach_over_something_else_than_a_list_fails_the_render_with_its_line() {
 
 #[test]
 fn items_of_a_collection_with_one_name_are_refused() {
-    let r = rule(
-        "name: c\nwatch: {group: x.io, version: v1, resource: cs}\nchildren:\n  - id: cm\n    forEach: spec.items\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}\"}}\n",
+    // At load: a name that reads no item.
+    let e = load_errors(&format!(
+        "{HEAD}children:\n  - id: cm\n    forEach: spec.items\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: \"{{{{ name }}}}\"}}}}\n"
+    ));
+    assert!(
+        e.len() == 1 && e[0].contains("all get one name") && e[0].contains("g.yaml:6"),
+        "{e:?}"
     );
-    let cr = json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {"items": [1, 2]}});
+    // At render: two items that give one name.
+    let r = rule(&format!(
+        "{HEAD}children:\n  - id: cm\n    forEach: spec.items\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: \"{{{{ name }}}}-{{{{ item }}}}\"}}}}\n"
+    ));
+    let cr = json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {"items": [1, 1]}});
     let e = render(&r, &cr).unwrap_err().to_string();
     assert!(e.contains("`cm[0]` and `cm[1]` both render"), "{e}");
 }
@@ -619,4 +645,51 @@ fn a_condition_on_a_missing_child_waits_instead_of_dropping_the_child() {
     let db = json!({"data": {"enabled": "yes"}});
     let p = render_with(&r, &s, &|c: &Rendered| (c.name == "db").then(|| db.clone())).unwrap();
     assert!(p.waiting.is_empty() && p.children.len() == 2, "{p:?}");
+}
+
+#[test]
+fn an_index_into_a_live_field_not_there_yet_waits() {
+    let r = rule(&format!(
+        "{HEAD}children:\n  - id: lb\n    template: {{apiVersion: v1, kind: Service, metadata: {{name: lb}}, spec: {{type: LoadBalancer}}}}\n  - id: dns\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: dns}}, data: {{ip: \"{{{{ observed.lb.status.loadBalancer.ingress[0].ip }}}}\"}}}}\n"
+    ));
+    let cr = json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {}});
+    let s = scope(&r, &cr).unwrap();
+    let pending = json!({"status": {"loadBalancer": {}}});
+    let p = render_with(&r, &s, &|c: &Rendered| {
+        (c.name == "lb").then(|| pending.clone())
+    })
+    .unwrap();
+    assert_eq!(p.waiting.len(), 1, "{p:?}");
+    assert!(p.waiting[0].reason.contains("ingress[0].ip"), "{p:?}");
+    let up = json!({"status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}});
+    let p = render_with(&r, &s, &|c: &Rendered| (c.name == "lb").then(|| up.clone())).unwrap();
+    let dns = p.children.iter().find(|c| c.id == "dns").unwrap();
+    assert_eq!(dns.object["data"]["ip"], "1.2.3.4");
+}
+
+#[test]
+fn an_id_with_a_dash_is_read_with_a_subscript() {
+    let text = format!(
+        "{HEAD}children:\n  - id: my-config\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: x}}, data: {{a: b}}}}\n  - id: app\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: y}}, data: {{sum: \"{{{{ rendered['my-config'].data | sha256 }}}}\"}}}}\n"
+    );
+    let r = rule(&text);
+    assert!(r.children[1].reads.rendered.contains(&0));
+    let e = load_errors(&text.replace("rendered['my-config']", "rendered.my"));
+    assert!(
+        e.iter().any(|e| e.contains("rendered['my-config']")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn status_reads_of_existing_objects_and_item_names_are_checked() {
+    let e = load_errors(&format!(
+        "{HEAD}existing:\n  - {{id: db, apiVersion: v1, kind: Secret, name: x}}\nchildren:\n  - id: cm\n    forEach: spec.items\n    as: child\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: \"{{{{ index }}}}\"}}}}\nstatus:\n  fields:\n    - {{name: s, type: string, value: existing.dbb.metadata.name}}\n"
+    ));
+    let all = e.join("\n");
+    assert!(all.contains("`as: child` cannot name the item"), "{all}");
+    assert!(
+        all.contains("`dbb` names no existing object") && all.contains("did you mean `db`?"),
+        "{all}"
+    );
 }

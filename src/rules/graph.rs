@@ -49,6 +49,59 @@ pub fn references(paths: &[String]) -> Vec<Reference> {
     out
 }
 
+/// [`references`], with `rendered['my-config']` (an id with `-` in it, which cannot be
+/// written after a dot) taken from the source: constant subscripts name their child too.
+pub fn references_in(paths: &[String], source: &str) -> Vec<Reference> {
+    let mut out = Vec::new();
+    for r in references(paths) {
+        let Reference::Dynamic(var) = r else {
+            out.push(r);
+            continue;
+        };
+        let named = constant_subscripts(source, var);
+        if named.is_empty() {
+            out.push(r);
+        }
+        for id in named {
+            out.push(match var {
+                "rendered" => Reference::Rendered(id),
+                "observed" => Reference::Observed(id),
+                _ => Reference::Existing(id),
+            });
+        }
+    }
+    out
+}
+
+/// The string constants in `var['…']` / `var["…"]` in `source`.
+fn constant_subscripts(source: &str, var: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find(var) {
+        let before_ok = source.len() - rest.len() + at == 0
+            || !rest[..at]
+                .chars()
+                .last()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.');
+        rest = &rest[at + var.len()..];
+        let after = rest.trim_start();
+        let Some(open) = after.strip_prefix('[') else {
+            continue;
+        };
+        let open = open.trim_start();
+        let Some(quote) = open.chars().next().filter(|q| *q == '\'' || *q == '"') else {
+            continue;
+        };
+        let body = &open[1..];
+        if let (true, Some(end)) = (before_ok, body.find(quote))
+            && body[end + 1..].trim_start().starts_with(']')
+        {
+            out.push(body[..end].to_string());
+        }
+    }
+    out
+}
+
 /// The order to render children in: every child after the ones it depends on, otherwise
 /// in the order the rule lists them. `deps[i]` are the children child `i` depends on.
 /// On a cycle, gives the children on it, in order (the first repeated at the end).
@@ -149,6 +202,24 @@ mod tests {
                 Reference::Existing("db".into()),
                 Reference::Dynamic("rendered"),
             ]
+        );
+    }
+
+    #[test]
+    fn a_constant_subscript_names_its_child() {
+        let paths = ["rendered".to_string(), "observed".to_string()];
+        let src = "rendered['my-config'].data | sha256 ~ observed[\"web-svc\"].spec.clusterIP ~ xrendered['no']";
+        assert_eq!(
+            references_in(&paths, src),
+            vec![
+                Reference::Rendered("my-config".into()),
+                Reference::Observed("web-svc".into()),
+            ]
+        );
+        // A computed subscript stays unknown.
+        assert_eq!(
+            references_in(&["rendered".to_string()], "rendered[spec.x]"),
+            vec![Reference::Dynamic("rendered")]
         );
     }
 

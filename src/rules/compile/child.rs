@@ -52,6 +52,7 @@ impl Compiler<'_> {
         let var = given.unwrap_or("item");
         let taken = TEMPLATE_VARIABLES.contains(&var)
             || CHILD_VARIABLES.contains(&var)
+            || READY_VARIABLES.contains(&var)
             || var == INDEX_VARIABLE
             || self.scope_vars.iter().any(|v| v == var);
         if !is_identifier(var) || taken {
@@ -340,14 +341,19 @@ pub(super) fn link(
     existing: &[CompiledExisting],
 ) -> (Vec<usize>, Vec<BTreeSet<usize>>) {
     let ids: Vec<&str> = spec.children.iter().map(|ch| ch.id.as_str()).collect();
+    check_status_reads(c, program, existing);
+    check_collection_names(c, program, children);
     let found: Vec<(usize, std::sync::Arc<str>, Vec<Reference>)> = c
         .expr_refs
         .iter()
-        .filter_map(|(r, _, _)| Some((child_at(&r.at)?, r.at.clone(), program.expression_paths(r))))
-        .chain(c.text_refs.iter().filter_map(|(r, ..)| {
-            Some((child_at(&r.at)?, r.at.clone(), program.template_paths(r)))
+        .filter_map(|(r, _, _)| {
+            let refs = graph::references_in(&program.expression_paths(r), &r.source);
+            Some((child_at(&r.at)?, r.at.clone(), refs))
+        })
+        .chain(c.text_refs.iter().filter_map(|(r, _, src, _)| {
+            let refs = graph::references_in(&program.template_paths(r), src);
+            Some((child_at(&r.at)?, r.at.clone(), refs))
         }))
-        .map(|(i, at, paths)| (i, at, graph::references(&paths)))
         .collect();
     for (i, at, refs) in found {
         if at.ends_with(".when")
@@ -449,20 +455,78 @@ fn resolve(
             at,
             Some(&id),
             format!("`{var}` is read without naming which one"),
-            format!("write `{var}.<id>` with the id itself (ruleop orders children by what they read, so it must know)"),
+            format!("write `{var}.<id>` (or `{var}['<id>']` for an id with '-') with the id itself (ruleop orders children by what they read, so it must know)"),
         ),
     }
 }
 
+/// The objects of a collection must have a name per item: its template must read the
+/// item (or `index`), or every item after the first would render the same object.
+fn check_collection_names(c: &mut Compiler<'_>, program: &Program, children: &[CompiledChild]) {
+    for (i, ch) in children.iter().enumerate() {
+        let Some(each) = &ch.each else { continue };
+        let at = format!("children[{i}].template.metadata.name");
+        let vars: Vec<String> = c
+            .expr_refs
+            .iter()
+            .filter(|(r, ..)| *r.at == *at)
+            .flat_map(|(r, ..)| program.expression_variables(r))
+            .chain(
+                c.text_refs
+                    .iter()
+                    .filter(|(r, ..)| *r.at == *at)
+                    .flat_map(|(r, ..)| program.template_variables(r)),
+            )
+            .collect();
+        if !vars.iter().any(|v| **v == *each.var || v == INDEX_VARIABLE) {
+            c.error(
+                &at,
+                Some(&ch.id),
+                format!("the objects of collection `{}` all get one name: metadata.name does not read `{}`", ch.id, each.var),
+                format!("name each object by its item, e.g. `name: \"{{{{ name }}}}-{{{{ {} }}}}\"` (by the item rather than `index`: removing an item then touches only its object)", each.var),
+            );
+        }
+    }
+}
+
+/// Status expressions may read existing objects: the ids they name must exist.
+fn check_status_reads(c: &mut Compiler<'_>, program: &Program, existing: &[CompiledExisting]) {
+    let known: Vec<&str> = existing.iter().map(|e| e.id.as_str()).collect();
+    let reads: Vec<(std::sync::Arc<str>, Reference)> = c
+        .expr_refs
+        .iter()
+        .filter(|(r, ..)| r.at.starts_with("status."))
+        .flat_map(|(r, ..)| {
+            graph::references_in(&program.expression_paths(r), &r.source)
+                .into_iter()
+                .map(|x| (r.at.clone(), x))
+        })
+        .collect();
+    for (at, r) in reads {
+        if let Reference::Existing(name) = r
+            && !known.contains(&name.as_str())
+        {
+            unknown_id(c, &at, "", "existing object", &name, &known);
+        }
+    }
+}
+
 fn unknown_id(c: &mut Compiler<'_>, at: &str, child: &str, what: &str, name: &str, known: &[&str]) {
-    let fix = match known.iter().find(|k| edit_distance(k, name) <= 2) {
-        Some(k) => format!("did you mean `{k}`?"),
-        None if known.is_empty() => format!("the rule has no {what} to refer to"),
-        None => format!("use one of: {}", known.join(", ")),
+    let dashed = known.iter().find(|k| k.starts_with(&format!("{name}-")));
+    let close = known.iter().find(|k| edit_distance(k, name) <= 2);
+    let fix = if let Some(d) = dashed {
+        format!("an id with '-' is read with a subscript: `rendered['{d}']`")
+    } else if let Some(k) = close {
+        format!("did you mean `{k}`?")
+    } else if known.is_empty() {
+        format!("the rule has no {what} to refer to")
+    } else {
+        format!("use one of: {}", known.join(", "))
     };
+    let child = Some(child).filter(|c| !c.is_empty());
     c.error(
         at,
-        Some(child),
+        child,
         format!("`{name}` names no {what} of this rule"),
         fix,
     );
