@@ -11,6 +11,7 @@ pub mod kinds;
 pub mod lines;
 pub mod load;
 pub mod program;
+pub mod schema;
 pub mod spec;
 
 pub use compile::{

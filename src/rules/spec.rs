@@ -30,6 +30,48 @@ pub struct RuleSpec {
     /// How the children go when the custom resource is deleted.
     #[serde(default)]
     pub deletion: DeletionPolicy,
+    /// The watched kind's schema: its CRD is made from it (`ruleop crd`), and the rule's
+    /// defaults come from it.
+    #[serde(default)]
+    pub schema: Option<SchemaSpec>,
+}
+
+/// The watched kind, described in the rule (`schema`): see [`crate::rules::schema`].
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SchemaSpec {
+    pub kind: String,
+    #[serde(default)]
+    pub singular: Option<String>,
+    #[serde(default)]
+    pub list_kind: Option<String>,
+    #[serde(default)]
+    pub short_names: Vec<String>,
+    #[serde(default)]
+    pub categories: Vec<String>,
+    /// Descriptions of the kind, its spec and its status.
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub spec_description: Option<String>,
+    #[serde(default)]
+    pub status_description: Option<String>,
+    /// The spec's fields: `name: type | markers`, or a mapping for a nested object.
+    #[serde(default)]
+    pub spec: Map<String, Value>,
+    /// CEL rules on the spec (`x-kubernetes-validations`): `{rule, message}`.
+    #[serde(default)]
+    pub validations: Vec<Map<String, Value>>,
+    /// `kubectl get` columns (`{name, type, jsonPath}`); absent: one per scalar status
+    /// field, and Age.
+    #[serde(default)]
+    pub printer_columns: Vec<Map<String, Value>>,
+    /// The scale subresource: `{specReplicasPath, statusReplicasPath}`.
+    #[serde(default)]
+    pub scale: Option<Map<String, Value>>,
+    /// Annotations of the CRD object.
+    #[serde(default)]
+    pub annotations: Map<String, Value>,
 }
 
 /// How the children of a deleted custom resource are removed (`deletion`).
@@ -160,6 +202,10 @@ pub struct FieldSpec {
     /// `false` keeps the field out of the written status (a helper for later fields).
     #[serde(default = "yes")]
     pub export: bool,
+    /// Its schema in the CRD, as a field line (`integer | format=int32
+    /// description="..."`); absent: its `type` alone.
+    #[serde(default)]
+    pub schema: Option<String>,
 }
 
 fn yes() -> bool {

@@ -15,9 +15,10 @@ pub use schema::StatusSchema;
 
 use crate::render::{Plan, Scope};
 use crate::rules::compile::jinja_reason;
-use crate::rules::{CompiledRule, FieldSource, FieldType, Source};
+use crate::rules::{CompiledChild, CompiledRule, FieldSource, FieldType, Source};
 use jsonpath_rust::query::js_path_process;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// What the status computation found.
@@ -33,37 +34,31 @@ pub struct Report {
     pub problems: Vec<String>,
 }
 
-/// Each child as status expressions and paths see it: its live object, or for a
-/// collection the list of its live objects in item order. `observed` is keyed by
+/// A child as status expressions and paths see it: its live object, or for a collection
+/// the list of its live objects in item order. `observed` is keyed by
 /// [`crate::render::Rendered::instance`] (`id`, or `id[index]`).
-pub fn by_child(rule: &CompiledRule, observed: &HashMap<String, Value>) -> HashMap<String, Value> {
-    let mut out = HashMap::new();
-    for c in &rule.children {
-        if c.each.is_none() {
-            if let Some(v) = observed.get(&c.id) {
-                out.insert(c.id.clone(), v.clone());
-            }
-            continue;
-        }
-        let prefix = format!("{}[", c.id);
-        let mut items: Vec<(usize, &Value)> = observed
-            .iter()
-            .filter_map(|(k, v)| {
-                let i = k.strip_prefix(&prefix)?.strip_suffix(']')?.parse().ok()?;
-                Some((i, v))
-            })
-            .collect();
-        items.sort_by_key(|(i, _)| *i);
-        out.insert(
-            c.id.clone(),
-            Value::Array(items.into_iter().map(|(_, v)| v.clone()).collect()),
-        );
+pub fn child_value<'a>(
+    c: &CompiledChild,
+    observed: &'a HashMap<String, Value>,
+) -> Option<Cow<'a, Value>> {
+    if c.each.is_none() {
+        return observed.get(&c.id).map(Cow::Borrowed);
     }
-    out
+    let prefix = format!("{}[", c.id);
+    let mut items: Vec<(usize, &Value)> = observed
+        .iter()
+        .filter_map(|(k, v)| {
+            let i = k.strip_prefix(&prefix)?.strip_suffix(']')?.parse().ok()?;
+            Some((i, v))
+        })
+        .collect();
+    items.sort_by_key(|(i, _)| *i);
+    let list = items.into_iter().map(|(_, v)| v.clone()).collect();
+    Some(Cow::Owned(Value::Array(list)))
 }
 
 /// Computes the status of `cr` from `observed` (instance → live object, see
-/// [`by_child`]). `scope` is the render scope of `cr` (its spec with defaults); `plan` is
+/// [`child_value`]). `scope` is the render scope of `cr` (its spec with defaults); `plan` is
 /// what its render gave (None when it failed): the objects that should exist, and the
 /// children that wait.
 pub fn compute(
@@ -76,7 +71,6 @@ pub fn compute(
     let mut report = Report::default();
     let mut all = Map::new();
     let instances = observed;
-    let observed = &by_child(rule, instances);
     // The template values every expression sees, made once: the scope's, then `children`
     // and `self` only if an expression reads them (they are whole objects); `status` is
     // added per expression, as it grows field by field.
@@ -88,7 +82,9 @@ pub fn compute(
             .map(|c| {
                 (
                     c.id.clone(),
-                    observed.get(&c.id).cloned().unwrap_or(Value::Null),
+                    child_value(c, instances)
+                        .map(Cow::into_owned)
+                        .unwrap_or(Value::Null),
                 )
             })
             .collect();
@@ -117,10 +113,10 @@ pub fn compute(
         let value = match &f.source {
             FieldSource::Path { from, query, text } => {
                 let (target, what) = match from {
-                    Source::Parent => (Some(cr), "the resource itself".to_string()),
+                    Source::Parent => (Some(Cow::Borrowed(cr)), "the resource itself".to_string()),
                     Source::Child(i) => {
-                        let id = &rule.children[*i].id;
-                        (observed.get(id), format!("child `{id}`"))
+                        let c = &rule.children[*i];
+                        (child_value(c, instances), format!("child `{}`", c.id))
                     }
                 };
                 match target {
@@ -130,7 +126,7 @@ pub fn compute(
                             .push(format!("{}: {what} does not exist yet", f.name));
                         None
                     }
-                    Some(t) => match js_path_process(query, t) {
+                    Some(t) => match js_path_process(query, &*t) {
                         Err(e) => {
                             report
                                 .problems

@@ -1,0 +1,467 @@
+//! The kind's schema, written in the rule (`schema:`), and the CRD made from it. Pure.
+//!
+//! A field is one line: its type, then markers: `replicas: integer | default=2
+//! minimum=1`. Types: `string`, `integer`, `number`, `boolean`, `object` (any fields),
+//! `[]<type>`, `map[string]<type>`; a nested mapping is an object with those fields.
+//! Markers: `required=true`, `default=<YAML value>`, `enum=a,b,c`, `minimum=`,
+//! `maximum=`, `minLength=`, `maxLength=`, `minItems=`, `maxItems=`, `pattern=`,
+//! `format=`, `description=`, `nullable=true`; a value with spaces is quoted (`"..."`).
+//! The status schema comes from the rule's status fields, plus `observedGeneration` and
+//! `conditions`, which ruleop writes.
+
+use super::spec::{FieldType, RuleSpec, SchemaSpec};
+use serde_json::{Map, Value, json};
+
+/// A problem with one field of the schema: its dotted path and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaProblem {
+    pub path: String,
+    pub problem: String,
+    pub fix: String,
+}
+
+fn problem(path: &str, problem: impl Into<String>, fix: impl Into<String>) -> SchemaProblem {
+    SchemaProblem {
+        path: path.to_string(),
+        problem: problem.into(),
+        fix: fix.into(),
+    }
+}
+
+/// Splits `a=1 b="x y" c=z` into (key, value) pairs.
+fn markers(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        let Some((key, after)) = rest.split_once('=') else {
+            return Err(format!("marker {rest:?} has no `=value`"));
+        };
+        let key = key.trim();
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            return Err(format!("{key:?} is not a marker name"));
+        }
+        let (value, next) = if let Some(quoted) = after.strip_prefix('"') {
+            let mut value = String::new();
+            let mut chars = quoted.char_indices();
+            let mut end = None;
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => {
+                        if let Some((_, n)) = chars.next() {
+                            value.push(n);
+                        }
+                    }
+                    '"' => {
+                        end = Some(i);
+                        break;
+                    }
+                    c => value.push(c),
+                }
+            }
+            let Some(end) = end else {
+                return Err(format!("the quoted value of `{key}` has no closing quote"));
+            };
+            (value, &quoted[end + 1..])
+        } else {
+            let end = after.find(char::is_whitespace).unwrap_or(after.len());
+            (after[..end].to_string(), &after[end..])
+        };
+        out.push((key.to_string(), value));
+        rest = next.trim_start();
+    }
+    Ok(out)
+}
+
+/// The OpenAPI of a type name.
+fn type_schema(ty: &str) -> Result<Value, String> {
+    let ty = ty.trim();
+    if let Some(item) = ty.strip_prefix("[]") {
+        return Ok(json!({"type": "array", "items": type_schema(item)?}));
+    }
+    if let Some(item) = ty.strip_prefix("map[string]") {
+        return Ok(json!({"type": "object", "additionalProperties": type_schema(item)?}));
+    }
+    match ty {
+        "string" | "integer" | "number" | "boolean" => Ok(json!({"type": ty})),
+        "object" => Ok(json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})),
+        other => Err(format!("unknown type {other:?}")),
+    }
+}
+
+/// A marker value as YAML (`2` a number, `true` a boolean, `[]` a list, else a string).
+fn yaml_value(text: &str) -> Value {
+    serde_yaml::from_str::<Value>(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
+/// Whether `v` is of the schema's type (for defaults and enum values).
+fn admits(schema: &Value, v: &Value) -> bool {
+    match schema["type"].as_str() {
+        Some("string") => v.is_string(),
+        Some("integer") => v.is_i64() || v.is_u64(),
+        Some("number") => v.is_number(),
+        Some("boolean") => v.is_boolean(),
+        Some("array") => v.is_array(),
+        Some("object") => v.is_object(),
+        _ => true,
+    }
+}
+
+/// One field written as `type | markers`; gives its OpenAPI and whether it is required.
+pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
+    let (ty, marks) = text.split_once('|').unwrap_or((text, ""));
+    let bad = |p: String| {
+        problem(
+            path,
+            p,
+            "write e.g. `integer | default=2 minimum=1` (see the README's schema reference)",
+        )
+    };
+    let mut schema = type_schema(ty).map_err(bad)?;
+    let mut required = false;
+    for (key, value) in markers(marks).map_err(bad)? {
+        let number = || -> Result<Value, SchemaProblem> {
+            if let Ok(i) = value.parse::<i64>() {
+                return Ok(json!(i));
+            }
+            value
+                .parse::<f64>()
+                .map(|f| json!(f))
+                .map_err(|_| bad(format!("`{key}={value}` is not a number")))
+        };
+        match key.as_str() {
+            "required" => required = value == "true",
+            "default" => {
+                let v = yaml_value(&value);
+                if !admits(&schema, &v) {
+                    return Err(bad(format!(
+                        "default {v} is not of type {}",
+                        schema["type"]
+                    )));
+                }
+                schema["default"] = v;
+            }
+            "enum" => {
+                let values: Vec<Value> = value.split(',').map(|v| yaml_value(v.trim())).collect();
+                let values: Vec<Value> = if schema["type"] == "string" {
+                    values
+                        .into_iter()
+                        .map(|v| match v {
+                            Value::String(_) => v,
+                            other => Value::String(other.to_string()),
+                        })
+                        .collect()
+                } else {
+                    values
+                };
+                schema["enum"] = Value::Array(values);
+            }
+            "minimum" | "maximum" | "minLength" | "maxLength" | "minItems" | "maxItems" => {
+                schema[key.as_str()] = number()?;
+            }
+            "pattern" | "format" | "description" => schema[key.as_str()] = Value::String(value),
+            "nullable" => schema["nullable"] = Value::Bool(value == "true"),
+            other => {
+                return Err(problem(
+                    path,
+                    format!("unknown marker `{other}`"),
+                    "use one of: required, default, enum, minimum, maximum, minLength, maxLength, minItems, maxItems, pattern, format, description, nullable",
+                ));
+            }
+        }
+    }
+    Ok((schema, required))
+}
+
+/// An object from a mapping of fields (each a line or a nested mapping).
+pub fn object(fields: &Map<String, Value>, path: &str) -> Result<Value, Vec<SchemaProblem>> {
+    let mut props = Map::new();
+    let mut required = Vec::new();
+    let mut problems = Vec::new();
+    for (name, v) in fields {
+        let at = format!("{path}.{name}");
+        match v {
+            Value::String(text) => match field(text, &at) {
+                Ok((s, req)) => {
+                    if req {
+                        required.push(Value::String(name.clone()));
+                    }
+                    props.insert(name.clone(), s);
+                }
+                Err(p) => problems.push(p),
+            },
+            Value::Object(inner) => match object(inner, &at) {
+                Ok(s) => {
+                    props.insert(name.clone(), s);
+                }
+                Err(mut p) => problems.append(&mut p),
+            },
+            other => problems.push(problem(
+                &at,
+                format!("{other} is neither a field (`type | markers`) nor a mapping of fields"),
+                "write e.g. `image: string | required=true`",
+            )),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let mut out = json!({"type": "object", "properties": props});
+    if !required.is_empty() {
+        out["required"] = Value::Array(required);
+    }
+    Ok(out)
+}
+
+/// The defaults a schema gives, as nested maps (what the API server fills in for an
+/// object that has none of these fields).
+pub fn defaults(schema: &Value) -> Map<String, Value> {
+    let mut out = Map::new();
+    for (name, s) in schema["properties"].as_object().into_iter().flatten() {
+        if let Some(d) = s.get("default") {
+            out.insert(name.clone(), d.clone());
+        } else if s["type"] == "object" {
+            let inner = defaults(s);
+            if !inner.is_empty() {
+                out.insert(name.clone(), Value::Object(inner));
+            }
+        }
+    }
+    out
+}
+
+/// The schema of the conditions ruleop writes (the Kubernetes `metav1.Condition`).
+pub fn conditions(kind: &str) -> Value {
+    json!({
+        "description": format!("Conditions represent the latest available observations of the {kind}'s state"),
+        "type": "array",
+        "x-kubernetes-list-map-keys": ["type"],
+        "x-kubernetes-list-type": "map",
+        "items": {
+            "description": "Condition contains details for one aspect of the current state of this API Resource.",
+            "type": "object",
+            "required": ["lastTransitionTime", "message", "reason", "status", "type"],
+            "properties": {
+                "lastTransitionTime": {"description": "lastTransitionTime is the last time the condition transitioned from one status to another.\nThis should be when the underlying condition changed.  If that is not known, then using the time when the API field changed is acceptable.", "format": "date-time", "type": "string"},
+                "message": {"description": "message is a human readable message indicating details about the transition.\nThis may be an empty string.", "maxLength": 32768, "type": "string"},
+                "observedGeneration": {"description": "observedGeneration represents the .metadata.generation that the condition was set based upon.\nFor instance, if .metadata.generation is currently 12, but the .status.conditions[x].observedGeneration is 9, the condition is out of date\nwith respect to the current state of the instance.", "format": "int64", "minimum": 0, "type": "integer"},
+                "reason": {"description": "reason contains a programmatic identifier indicating the reason for the condition's last transition.\nProducers of specific condition types may define expected values and meanings for this field,\nand whether the values are considered a guaranteed API.\nThe value should be a CamelCase string.\nThis field may not be empty.", "maxLength": 1024, "minLength": 1, "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", "type": "string"},
+                "status": {"description": "status of the condition, one of True, False, Unknown.", "enum": ["True", "False", "Unknown"], "type": "string"},
+                "type": {"description": "type of condition in CamelCase or in foo.example.com/CamelCase.", "maxLength": 316, "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$", "type": "string"}
+            }
+        }
+    })
+}
+
+/// The boilerplate every CRD's `apiVersion` and `kind` carry (as controller-gen writes it).
+fn type_meta() -> (Value, Value) {
+    (
+        json!({"description": "APIVersion defines the versioned schema of this representation of an object.\nServers should convert recognized schemas to the latest internal value, and\nmay reject unrecognized values.\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources", "type": "string"}),
+        json!({"description": "Kind is a string value representing the REST resource this object represents.\nServers may infer this from the endpoint the client submits requests to.\nCannot be updated.\nIn CamelCase.\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds", "type": "string"}),
+    )
+}
+
+/// The status schema: each exported status field (its `schema` line, or its type),
+/// `observedGeneration` and `conditions`.
+fn status_schema(rule: &RuleSpec, s: &SchemaSpec) -> Result<Value, Vec<SchemaProblem>> {
+    let mut props = Map::new();
+    let mut problems = Vec::new();
+    for (i, f) in rule
+        .status
+        .fields
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.export)
+    {
+        let at = format!("status.fields[{i}].schema");
+        let line = f.schema.clone().unwrap_or_else(|| f.ty.name().to_string());
+        match field(&line, &at) {
+            Ok((schema, _))
+                if schema["type"] != f.ty.name()
+                    && !(f.ty.name() == "number" && schema["type"] == "integer") =>
+            {
+                problems.push(problem(
+                    &at,
+                    format!(
+                        "the schema's type {} is not the field's type {}",
+                        schema["type"],
+                        f.ty.name()
+                    ),
+                    "make `schema` and `type` agree",
+                ));
+            }
+            Ok((schema, _)) => {
+                props.insert(f.name.clone(), schema);
+            }
+            Err(p) => problems.push(p),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    props.insert("observedGeneration".into(), json!({"description": "ObservedGeneration is the generation the status was computed for", "format": "int64", "type": "integer"}));
+    props.insert("conditions".into(), conditions(&s.kind));
+    let mut out = json!({"type": "object", "properties": props});
+    if let Some(d) = &s.status_description {
+        out["description"] = json!(d);
+    }
+    Ok(out)
+}
+
+/// The printer columns: as declared, or one per exported scalar status field, and Age.
+fn columns(rule: &RuleSpec, s: &SchemaSpec) -> Vec<Value> {
+    if !s.printer_columns.is_empty() {
+        return s
+            .printer_columns
+            .iter()
+            .cloned()
+            .map(Value::Object)
+            .collect();
+    }
+    let mut out: Vec<Value> = rule
+        .status
+        .fields
+        .iter()
+        .filter(|f| f.export && !matches!(f.ty, FieldType::Object | FieldType::Array))
+        .map(|f| {
+            let mut name = f.name.clone();
+            if let Some(first) = name.get_mut(0..1) {
+                first.make_ascii_uppercase();
+            }
+            json!({"name": name, "type": f.ty.name(), "jsonPath": format!(".status.{}", f.name)})
+        })
+        .collect();
+    out.push(json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}));
+    out
+}
+
+/// The CRD of a rule's watched kind, from its `schema`.
+pub fn crd(rule: &RuleSpec, s: &SchemaSpec) -> Result<Value, Vec<SchemaProblem>> {
+    let w = &rule.watch;
+    let mut spec = object(&s.spec, "schema.spec")?;
+    if let Some(d) = &s.spec_description {
+        spec["description"] = json!(d);
+    }
+    if !s.validations.is_empty() {
+        spec["x-kubernetes-validations"] = json!(s.validations);
+    }
+    let status = status_schema(rule, s)?;
+    let (api_version, kind) = type_meta();
+    let mut root = json!({"type": "object", "properties": {
+        "apiVersion": api_version, "kind": kind, "metadata": {"type": "object"},
+        "spec": spec, "status": status,
+    }});
+    if let Some(d) = &s.description {
+        root["description"] = json!(d);
+    }
+    let mut subresources = json!({"status": {}});
+    if let Some(scale) = &s.scale {
+        subresources["scale"] = Value::Object(scale.clone());
+    }
+    let version = json!({
+        "name": w.version, "served": true, "storage": true,
+        "schema": {"openAPIV3Schema": root},
+        "subresources": subresources,
+        "additionalPrinterColumns": columns(rule, s),
+    });
+    let mut names = json!({
+        "kind": s.kind,
+        "listKind": s.list_kind.clone().unwrap_or_else(|| format!("{}List", s.kind)),
+        "plural": w.resource,
+        "singular": s.singular.clone().unwrap_or_else(|| s.kind.to_lowercase()),
+    });
+    if !s.short_names.is_empty() {
+        names["shortNames"] = json!(s.short_names);
+    }
+    if !s.categories.is_empty() {
+        names["categories"] = json!(s.categories);
+    }
+    let mut metadata = json!({"name": format!("{}.{}", w.resource, w.group)});
+    if !s.annotations.is_empty() {
+        metadata["annotations"] = Value::Object(s.annotations.clone());
+    }
+    Ok(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": metadata,
+        "spec": {"group": w.group, "names": names, "scope": "Namespaced", "versions": [version]},
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_line_gives_its_openapi() {
+        let (s, req) = field(
+            "integer | default=2 minimum=1 format=int32",
+            "spec.replicas",
+        )
+        .unwrap();
+        assert_eq!(
+            s,
+            json!({"type": "integer", "default": 2, "minimum": 1, "format": "int32"})
+        );
+        assert!(!req);
+        let (s, req) = field(
+            r#"string | required=true description="Image is the \"container\" image""#,
+            "spec.image",
+        )
+        .unwrap();
+        assert_eq!(
+            s,
+            json!({"type": "string", "description": "Image is the \"container\" image"})
+        );
+        assert!(req);
+        let (s, _) = field(
+            "string | enum=ClusterIP,NodePort,LoadBalancer default=ClusterIP",
+            "x",
+        )
+        .unwrap();
+        assert_eq!(s["enum"], json!(["ClusterIP", "NodePort", "LoadBalancer"]));
+        let (s, _) = field("[]map[string]integer | maxItems=3", "x").unwrap();
+        assert_eq!(
+            s,
+            json!({"type": "array", "maxItems": 3, "items": {"type": "object", "additionalProperties": {"type": "integer"}}})
+        );
+        let (s, _) = field("object", "x").unwrap();
+        assert_eq!(s["x-kubernetes-preserve-unknown-fields"], true);
+    }
+
+    #[test]
+    fn a_wrong_field_line_says_what_and_where() {
+        let e = field("integr", "spec.replicas").unwrap_err();
+        assert_eq!(e.path, "spec.replicas");
+        assert!(e.problem.contains("unknown type \"integr\""), "{e:?}");
+        let e = field("integer | default=two", "spec.replicas").unwrap_err();
+        assert!(
+            e.problem
+                .contains("default \"two\" is not of type \"integer\""),
+            "{e:?}"
+        );
+        let e = field("integer | minimun=1", "spec.replicas").unwrap_err();
+        assert!(e.problem.contains("unknown marker `minimun`"), "{e:?}");
+        let e = field("string | description=\"open", "x").unwrap_err();
+        assert!(e.problem.contains("no closing quote"), "{e:?}");
+    }
+
+    #[test]
+    fn objects_nest_collect_required_fields_and_give_their_defaults() {
+        let spec: Map<String, Value> = serde_yaml::from_str(
+            "image: string | required=true\nreplicas: integer | default=2\nprobe:\n  path: string | default=/healthz\n  period: integer\n",
+        )
+        .unwrap();
+        let s = object(&spec, "spec").unwrap();
+        assert_eq!(s["required"], json!(["image"]));
+        assert_eq!(
+            s["properties"]["probe"]["properties"]["path"]["default"],
+            "/healthz"
+        );
+        assert_eq!(
+            Value::Object(defaults(&s)),
+            json!({"replicas": 2, "probe": {"path": "/healthz"}})
+        );
+        let bad: Map<String, Value> = serde_yaml::from_str("a: integr\nb: [1]\n").unwrap();
+        assert_eq!(object(&bad, "spec").unwrap_err().len(), 2);
+    }
+}
