@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Regenerates deploy/rbac.yaml (`ruleop rbac`) and deploy/rules-configmap.yaml from rules/.
+# Regenerates deploy/crds/ (`ruleop crd`), deploy/rbac.yaml (`ruleop rbac`) and
+# deploy/rules-configmap.yaml from rules/.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
+cargo run --quiet -- crd --rules rules/website.yaml >deploy/crds/websites.sre.example.com.yaml
+cargo run --quiet -- crd --rules rules/myapp.yaml >deploy/crds/myapps.myscheme.example.com.yaml
 cargo run --quiet -- rbac --rules rules/ --crd deploy/crds/websites.sre.example.com.yaml --crd deploy/crds/myapps.myscheme.example.com.yaml >deploy/rbac.yaml
 {
   echo "# Generated from rules/ by deploy/generate.sh. Do not edit: regenerate."
   kubectl create configmap ruleop-rules --namespace ruleop-system --from-file=rules/ --dry-run=client -o yaml
 } >deploy/rules-configmap.yaml
-echo "regenerated deploy/rbac.yaml and deploy/rules-configmap.yaml"
+echo "regenerated deploy/crds/, deploy/rbac.yaml and deploy/rules-configmap.yaml"

@@ -43,6 +43,15 @@ enum Command {
     Check(CheckArgs),
     /// Print the least RBAC the given rules need (ClusterRole, or Roles with --namespace).
     Rbac(RbacArgs),
+    /// Print the CRDs of the watched kinds, made from the rules' `schema`. No cluster needed.
+    Crd(CrdArgs),
+}
+
+#[derive(Args, Debug)]
+struct CrdArgs {
+    /// A rules file or directory (repeat for more).
+    #[arg(long, required = true)]
+    rules: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -126,6 +135,7 @@ pub fn main() -> ExitCode {
         Command::Render(args) => render_cmd(args),
         Command::Check(args) => check(args),
         Command::Rbac(args) => rbac(args),
+        Command::Crd(args) => crd_cmd(args),
     };
     match result {
         Ok(code) => code,
@@ -212,6 +222,29 @@ fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         out!("{} rule(s) ok, {} error(s)\n", loaded.len(), errors.len());
         Ok(ExitCode::FAILURE)
     }
+}
+
+fn crd_cmd(args: CrdArgs) -> anyhow::Result<ExitCode> {
+    let (loaded, errors) = rules::load_paths(&args.rules);
+    if !errors.is_empty() {
+        print_errors(&errors);
+        return Ok(ExitCode::FAILURE);
+    }
+    for rule in &loaded {
+        match &rule.crd {
+            Some(crd) => out!(
+                "# Generated from {} (rule `{}`) by `ruleop crd`. Do not edit: regenerate.\n---\n{}",
+                rule.at.file.display(),
+                rule.name,
+                serde_yaml::to_string(crd)?
+            ),
+            None => eprintln!(
+                "note: rule `{}` ({}) has no `schema`: no CRD made for it",
+                rule.name, rule.at
+            ),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {

@@ -651,6 +651,29 @@ fn the_shipped_rbac_and_rules_configmap_are_generated_from_the_shipped_rules() {
         shipped_cm.ends_with(&cm),
         "deploy/rules-configmap.yaml is stale: run deploy/generate.sh"
     );
+    for (rule, crd) in [
+        (
+            "rules/website.yaml",
+            "deploy/crds/websites.sre.example.com.yaml",
+        ),
+        (
+            "rules/myapp.yaml",
+            "deploy/crds/myapps.myscheme.example.com.yaml",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"))
+            .args(["crd", "--rules", rule])
+            .current_dir(root)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let shipped = std::fs::read_to_string(format!("{root}/{crd}")).unwrap();
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            shipped,
+            "{crd} is stale: run deploy/generate.sh"
+        );
+    }
 }
 
 #[tokio::test]

@@ -40,6 +40,8 @@ pub struct CompiledRule {
     /// For each child, the children it depends on (reads or comes `after`).
     pub deps: Vec<std::collections::BTreeSet<usize>>,
     pub deletion: DeletionPolicy,
+    /// The watched kind's CRD, made from the rule's `schema` (None without one).
+    pub crd: Option<Value>,
 }
 
 /// One child template.
@@ -459,6 +461,7 @@ pub fn compile(
         );
     }
     check_watch(&mut c, &spec.watch);
+    let (crd, defaults) = kind_schema(&mut c, spec);
 
     let mut children = Vec::new();
     for (i, ch) in spec.children.iter().enumerate() {
@@ -513,7 +516,7 @@ pub fn compile(
             name: spec.name.clone(),
             at: c.at(""),
             watch: spec.watch.clone(),
-            defaults: spec.defaults.clone(),
+            defaults,
             children,
             fields,
             ready,
@@ -523,8 +526,39 @@ pub fn compile(
             order: graph.0,
             deps: graph.1,
             deletion: spec.deletion,
+            crd,
         }),
         _ => Err(c.errors),
+    }
+}
+
+/// The CRD made from the rule's `schema`, and the rule's defaults: the schema's when it
+/// has one (then `defaults:` is refused: one place), else `defaults:`.
+fn kind_schema(c: &mut Compiler<'_>, spec: &RuleSpec) -> (Option<Value>, Map<String, Value>) {
+    let Some(s) = &spec.schema else {
+        return (None, spec.defaults.clone());
+    };
+    if !spec.defaults.is_empty() {
+        c.error(
+            "defaults",
+            None,
+            "the rule has both `schema` and `defaults`",
+            "give each default in the schema (`replicas: integer | default=2`) and remove `defaults:`",
+        );
+    }
+    match super::schema::crd(spec, s) {
+        Ok(crd) => {
+            let defaults = super::schema::defaults(
+                &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"],
+            );
+            (Some(crd), defaults)
+        }
+        Err(problems) => {
+            for p in problems {
+                c.error(&p.path, None, p.problem, p.fix);
+            }
+            (None, Map::new())
+        }
     }
 }
 
