@@ -5,6 +5,7 @@ pub mod book;
 pub mod compile;
 pub mod crd;
 pub mod error;
+pub mod evolve;
 pub mod graph;
 pub mod helpers;
 pub mod kinds;

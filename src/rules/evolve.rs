@@ -1,0 +1,311 @@
+//! Whether a new CRD can replace the one a cluster serves without breaking the resources
+//! stored under it. Pure: the old CRD, the new one and (when known) the stored resources
+//! go in; the breaking changes come out, each with its reason. Additive changes (a new
+//! optional field, a new version, a wider type or bound, a new enum value) pass.
+
+use serde_json::Value;
+
+/// One change that would break stored resources (or clients of the kind).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Breaking {
+    /// Where: `v1 spec.replicas`.
+    pub at: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Breaking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.at, self.reason)
+    }
+}
+
+/// The breaking changes from `old` to `new` (two CRDs). `stored` are the resources of the
+/// kind in the cluster, or None when they are not known (then a removed field counts as
+/// used).
+pub fn breaking_changes(old: &Value, new: &Value, stored: Option<&[Value]>) -> Vec<Breaking> {
+    let mut out = Vec::new();
+    let spec = |c: &Value, k: &str| c["spec"][k].clone();
+    for k in ["group", "scope"] {
+        if spec(old, k) != spec(new, k) {
+            out.push(Breaking {
+                at: format!("spec.{k}"),
+                reason: format!("changed from {} to {}", spec(old, k), spec(new, k)),
+            });
+        }
+    }
+    if old["spec"]["names"]["kind"] != new["spec"]["names"]["kind"] {
+        out.push(Breaking {
+            at: "spec.names.kind".into(),
+            reason: "the kind is renamed".into(),
+        });
+    }
+    let versions = |c: &Value| {
+        c["spec"]["versions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let new_versions = versions(new);
+    for ov in versions(old) {
+        let name = ov["name"].as_str().unwrap_or_default().to_string();
+        let Some(nv) = new_versions.iter().find(|v| v["name"] == ov["name"]) else {
+            out.push(Breaking {
+                at: name,
+                reason: "the version is removed (stored resources and clients may use it)".into(),
+            });
+            continue;
+        };
+        let root = |v: &Value| v["schema"]["openAPIV3Schema"].clone();
+        let objects: Option<Vec<&Value>> = stored.map(|s| {
+            s.iter()
+                .filter(|o| {
+                    o["apiVersion"]
+                        .as_str()
+                        .is_none_or(|av| av.ends_with(&format!("/{name}")))
+                })
+                .collect()
+        });
+        let mut ctx = Walk {
+            version: &name,
+            stored: objects.as_deref(),
+            out: &mut out,
+        };
+        ctx.node(&root(&ov), &root(nv), &[]);
+    }
+    out
+}
+
+struct Walk<'a> {
+    version: &'a str,
+    stored: Option<&'a [&'a Value]>,
+    out: &'a mut Vec<Breaking>,
+}
+
+impl Walk<'_> {
+    fn push(&mut self, path: &[&str], reason: String) {
+        self.out.push(Breaking {
+            at: format!("{} {}", self.version, path.join(".")),
+            reason,
+        });
+    }
+
+    /// Whether any stored resource has a value at `path` (unknown resources: yes).
+    fn used(&self, path: &[&str]) -> bool {
+        let Some(objects) = self.stored else {
+            return true;
+        };
+        objects.iter().any(|o| {
+            path.iter()
+                .try_fold(*o, |v, k| v.get(*k))
+                .is_some_and(|v| !v.is_null())
+        })
+    }
+
+    /// Whether any stored resource lacks `path` (where its parent is present).
+    fn missing(&self, path: &[&str]) -> bool {
+        let Some(objects) = self.stored else {
+            return true;
+        };
+        let (last, parent) = path.split_last().unwrap_or((&"", &[]));
+        objects.iter().any(|o| {
+            parent
+                .iter()
+                .try_fold(*o, |v, k| v.get(*k))
+                .is_some_and(|p| p.get(*last).is_none_or(Value::is_null))
+        })
+    }
+
+    fn node(&mut self, old: &Value, new: &Value, path: &[&str]) {
+        let open = |s: &Value| s["x-kubernetes-preserve-unknown-fields"] == true;
+        if old["type"] != new["type"] && !(old["type"] == "integer" && new["type"] == "number") {
+            if !new["type"].is_null() || !open(new) {
+                self.push(
+                    path,
+                    format!("type changed from {} to {}", old["type"], new["type"]),
+                );
+            }
+            return;
+        }
+        self.bounds(old, new, path);
+        let props = |s: &Value| s["properties"].as_object().cloned().unwrap_or_default();
+        let (op, np) = (props(old), props(new));
+        for (name, o) in &op {
+            let mut p = path.to_vec();
+            p.push(name);
+            match np.get(name) {
+                Some(n) => self.node(o, n, &p),
+                None if open(new) => {}
+                None if self.used(&p) => self.push(
+                    &p,
+                    "the field is removed and stored resources have it".into(),
+                ),
+                None => {}
+            }
+        }
+        let required = |s: &Value| -> Vec<String> {
+            s["required"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        };
+        let was = required(old);
+        for name in required(new).iter().filter(|r| !was.contains(r)) {
+            let mut p = path.to_vec();
+            p.push(name);
+            let has_default = np.get(name).is_some_and(|s| s.get("default").is_some());
+            if !has_default && self.missing(&p) {
+                self.push(
+                    &p,
+                    "a new required field without a default (stored resources lack it)".into(),
+                );
+            }
+        }
+        if let (Some(o), Some(n)) = (old.get("items"), new.get("items")) {
+            let mut p = path.to_vec();
+            p.push("[]");
+            self.node(o, n, &p);
+        }
+        if let (Some(o), Some(n)) = (
+            old.get("additionalProperties"),
+            new.get("additionalProperties"),
+        ) {
+            let mut p = path.to_vec();
+            p.push("{}");
+            self.node(o, n, &p);
+        }
+    }
+
+    /// Narrowed bounds, patterns and enums.
+    fn bounds(&mut self, old: &Value, new: &Value, path: &[&str]) {
+        let num = |s: &Value, k: &str| s.get(k).and_then(Value::as_f64);
+        for (k, tighter) in [
+            ("minimum", true),
+            ("minLength", true),
+            ("minItems", true),
+            ("maximum", false),
+            ("maxLength", false),
+            ("maxItems", false),
+        ] {
+            let narrowed = match (num(old, k), num(new, k)) {
+                (None, Some(_)) => true,
+                (Some(o), Some(n)) => (tighter && n > o) || (!tighter && n < o),
+                _ => false,
+            };
+            if narrowed {
+                self.push(path, format!("`{k}` narrowed to {}", new[k]));
+            }
+        }
+        if new.get("pattern").is_some() && old.get("pattern") != new.get("pattern") {
+            self.push(path, format!("`pattern` changed to {}", new["pattern"]));
+        }
+        if let Some(ne) = new["enum"].as_array() {
+            let gone: Vec<&Value> = match old["enum"].as_array() {
+                Some(oe) => oe.iter().filter(|v| !ne.contains(v)).collect(),
+                None => vec![&Value::Null],
+            };
+            if !gone.is_empty() {
+                self.push(path, format!("`enum` narrowed to {}", new["enum"]));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn crd(spec: Value, versions: &[&str]) -> Value {
+        let vs: Vec<Value> = versions
+            .iter()
+            .map(|v| json!({"name": v, "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": spec.clone()}}}}))
+            .collect();
+        json!({"spec": {"group": "x.io", "scope": "Namespaced", "names": {"kind": "X"}, "versions": vs}})
+    }
+
+    fn spec(props: Value) -> Value {
+        json!({"type": "object", "properties": props})
+    }
+
+    #[test]
+    fn additive_changes_pass() {
+        let old = crd(
+            spec(
+                json!({"a": {"type": "integer", "maximum": 5}, "e": {"type": "string", "enum": ["x"]}}),
+            ),
+            &["v1"],
+        );
+        let new = crd(
+            spec(
+                json!({"a": {"type": "number", "maximum": 9}, "e": {"type": "string", "enum": ["x", "y"]},
+                "b": {"type": "string"}, "c": {"type": "integer", "default": 1}}),
+            ),
+            &["v1", "v2"],
+        );
+        assert_eq!(breaking_changes(&old, &new, None), vec![]);
+    }
+
+    #[test]
+    fn breaking_changes_are_named_with_their_reason() {
+        let old = crd(
+            spec(
+                json!({"a": {"type": "integer"}, "s": {"type": "string", "enum": ["x", "y"]}, "gone": {"type": "string"}}),
+            ),
+            &["v1", "v2"],
+        );
+        let mut new = crd(
+            spec(
+                json!({"a": {"type": "string"}, "s": {"type": "string", "enum": ["x"]}, "r": {"type": "string"}}),
+            ),
+            &["v1"],
+        );
+        new["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["required"] =
+            json!(["r"]);
+        let found: Vec<String> = breaking_changes(&old, &new, None)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert!(
+            found.contains(&"v1 spec.a: type changed from \"integer\" to \"string\"".to_string()),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(&"v1 spec.s: `enum` narrowed to [\"x\"]".to_string()),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(
+                &"v1 spec.gone: the field is removed and stored resources have it".to_string()
+            ),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(
+                &"v1 spec.r: a new required field without a default (stored resources lack it)"
+                    .to_string()
+            ),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(
+                &"v2: the version is removed (stored resources and clients may use it)".to_string()
+            ),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_removed_field_no_stored_resource_uses_passes() {
+        let old = crd(
+            spec(json!({"a": {"type": "integer"}, "old": {"type": "string"}})),
+            &["v1"],
+        );
+        let new = crd(spec(json!({"a": {"type": "integer"}})), &["v1"]);
+        let stored = [json!({"apiVersion": "x.io/v1", "spec": {"a": 1}})];
+        assert_eq!(breaking_changes(&old, &new, Some(&stored)), vec![]);
+        let stored = [json!({"apiVersion": "x.io/v1", "spec": {"a": 1, "old": "v"}})];
+        assert_eq!(breaking_changes(&old, &new, Some(&stored)).len(), 1);
+    }
+}
