@@ -75,6 +75,10 @@ struct RbacArgs {
     /// subresource gets `patch` on the resource itself, where ruleop then writes its status.
     #[arg(long)]
     crd: Vec<PathBuf>,
+    /// Also grant what `ruleop run --install-crds` needs: reading, creating and patching
+    /// the rules' CRDs (a ClusterRole: CRDs are cluster-scoped).
+    #[arg(long)]
+    install_crds: bool,
 }
 
 #[derive(Args, Debug)]
@@ -124,6 +128,10 @@ struct CheckArgs {
     /// be a field of its CRD (or of the rule's `defaults`).
     #[arg(long)]
     crd: Vec<PathBuf>,
+    /// Also compare each rule's CRD (from its `schema`) with the one the cluster (current
+    /// kubeconfig) serves: a change that would break stored resources is an error.
+    #[arg(long)]
+    against_cluster: bool,
 }
 
 /// Entry point of the binary.
@@ -182,8 +190,35 @@ fn print_errors(errors: &[LoadError]) {
     }
 }
 
+/// Each rule's CRD compared with the one the cluster serves: a breaking change is an error.
+fn check_against_cluster(loaded: &[Arc<CompiledRule>]) -> anyhow::Result<Vec<LoadError>> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let client = kube::Client::try_default().await?;
+        let mut errors = Vec::new();
+        for rule in loaded {
+            let Some(crd) = &rule.crd else { continue };
+            for b in crate::controller::crds::against_cluster(&client, crd).await? {
+                errors.push(LoadError::Rule(Box::new(rules::error::RuleProblem {
+                    at: rule.at.clone(),
+                    rule: rule.name.clone(),
+                    child: None,
+                    problem: format!("the CRD made from `schema` would break what the cluster stores: {b}"),
+                    fix: "make the change additive (a new optional field, a default), or migrate the stored resources first".into(),
+                })));
+            }
+        }
+        Ok(errors)
+    })
+}
+
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let (loaded, mut errors) = rules::load_paths(&args.rules);
+    if args.against_cluster {
+        errors.extend(check_against_cluster(&loaded)?);
+    }
     let crds = read_crds(&args.crd)?;
     for r in loaded.iter().filter(|_| !crds.is_empty()) {
         match rules::crd::schema_for(r, &crds) {
@@ -260,6 +295,7 @@ fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
         operator_namespace: args.operator_namespace,
         namespace: args.namespace,
         without_status_subresource: crate::rbac::without_status_subresource(&crds),
+        install_crds: args.install_crds,
     };
     let names: Vec<&str> = loaded.iter().map(|r| r.name.as_str()).collect();
     out!(

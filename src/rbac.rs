@@ -22,6 +22,8 @@ pub struct Target {
     /// (group, resource, version) of watched kinds whose CRD has no status subresource:
     /// ruleop writes their status through the object itself.
     pub without_status_subresource: BTreeSet<(String, String, String)>,
+    /// Grant what `--install-crds` needs.
+    pub install_crds: bool,
 }
 
 /// (group, plural, version) of every CRD version among `crds` that serves no status
@@ -164,6 +166,26 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": t.name}, "subjects": subject}));
         }
     }
+    if t.install_crds {
+        // Only the CRDs of these rules, by name; listing the kinds' resources (to check
+        // a change against what is stored) is already granted above.
+        let names: Vec<String> = rules
+            .iter()
+            .filter_map(|r| {
+                r.crd.as_ref()?["metadata"]["name"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .collect();
+        let crds = format!("{}-crds", t.name);
+        out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": crds},
+            "rules": [
+                {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "resourceNames": names, "verbs": ["get", "patch"]},
+                {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["create"]},
+            ]}));
+        out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": crds},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": crds}, "subjects": subject}));
+    }
     let lease = format!("{}-leader-election", t.name);
     out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": lease, "namespace": t.operator_namespace},
         "rules": [
@@ -210,6 +232,7 @@ mod tests {
             operator_namespace: "ruleop-system".into(),
             namespace: None,
             without_status_subresource: BTreeSet::new(),
+            install_crds: false,
         };
         let m = manifests(&rules, &t);
         let role = &m[0]["rules"];
@@ -256,6 +279,7 @@ mod tests {
             operator_namespace: "ruleop-system".into(),
             namespace: None,
             without_status_subresource: BTreeSet::new(),
+            install_crds: false,
         };
         let role = manifests(&rules, &t)[0]["rules"].clone();
         let secrets: Vec<&Value> = role
@@ -289,6 +313,7 @@ mod tests {
             operator_namespace: "ruleop-system".into(),
             namespace: None,
             without_status_subresource: without_status_subresource(&[crd]),
+            install_crds: false,
         };
         let role = manifests(&rules, &t)[0]["rules"].clone();
         let patch_myapps = role.as_array().unwrap().iter().any(|x| {

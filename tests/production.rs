@@ -109,11 +109,15 @@ async fn rule_edits_apply_without_a_restart_and_a_broken_edit_keeps_the_last_goo
                 .is_some_and(|f| f.ends_with("website.yaml"))
     });
     let logged = logged.expect("the load error is logged");
+    let line = good
+        .lines()
+        .position(|l| l.contains("\"{{ name }}-web\""))
+        .unwrap()
+        + 1;
     assert!(
-        logged["error"]
-            .as_str()
-            .unwrap()
-            .contains("website.yaml:20: rule `website`, child `deployment`"),
+        logged["error"].as_str().unwrap().contains(&format!(
+            "website.yaml:{line}: rule `website`, child `deployment`"
+        )),
         "file and line in the log: {logged}"
     );
     let (_, status) = http_get(&addr, "/status");

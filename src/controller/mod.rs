@@ -3,6 +3,7 @@
 //! the rules when their files change, and shuts down gracefully on SIGTERM/SIGINT.
 
 pub mod children;
+pub mod crds;
 pub mod deletion;
 pub mod discovery;
 pub mod events;
@@ -69,6 +70,11 @@ pub struct RunArgs {
     /// This process's identity in the Lease (default: $POD_NAME, else host name and pid).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// Create or update each rule's CRD from its `schema` when the rule starts (a change
+    /// that would break stored resources is refused and logged; the served CRD stays).
+    /// Needs `ruleop rbac --install-crds`.
+    #[arg(long)]
+    pub install_crds: bool,
     /// Seconds between rechecks of the rules files, besides file-change notifications.
     #[arg(long, default_value_t = 10)]
     pub rules_poll_seconds: u64,
@@ -235,6 +241,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         },
         fence,
         state_namespace: args.lease_namespace.clone(),
+        install_crds: args.install_crds,
     };
     let mut sup = Supervisor::new(client.clone(), opts, metrics.clone(), health.clone());
     sup.set_desired(initial);

@@ -49,6 +49,8 @@ pub struct Options {
     pub fence: Arc<super::leader::Fence>,
     /// The operator's own namespace: the inventory of made kinds lives there.
     pub state_namespace: String,
+    /// Install each rule's CRD from its schema when it starts.
+    pub install_crds: bool,
 }
 
 /// An API for `ar` in the configured scope.
@@ -350,6 +352,15 @@ async fn run(
     synced: Arc<AtomicBool>,
     retired: Vec<inventory::Made>,
 ) {
+    if opts.install_crds {
+        match super::crds::install(&client, &rule, &opts.fence).await {
+            Ok(_) => {}
+            Err(e) => {
+                opts.metrics.error(&rule.name, "crd_refused");
+                tracing::error!(error = %e, "CRD not installed");
+            }
+        }
+    }
     let w = &rule.watch;
     let what = format!("{}/{} {}", w.group, w.version, w.resource);
     let Some(parent) = wait_for(&what, opts.discovery_retry, &stop, || {

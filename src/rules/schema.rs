@@ -136,7 +136,12 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
         match key.as_str() {
             "required" => required = value == "true",
             "default" => {
-                let v = yaml_value(&value);
+                // A string field's default is the text as written (`default=2` is "2").
+                let v = if schema["type"] == "string" {
+                    Value::String(value.clone())
+                } else {
+                    yaml_value(&value)
+                };
                 if !admits(&schema, &v) {
                     return Err(bad(format!(
                         "default {v} is not of type {}",

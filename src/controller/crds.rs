@@ -1,0 +1,133 @@
+//! `ruleop run --install-crds`: each rule's CRD (made from its `schema`) is created, or
+//! updated when the change is additive; a change that would break the resources stored
+//! under the CRD the cluster serves is refused, with its reasons, and the old CRD keeps
+//! serving. Done when a rule starts, so a rule edited live installs its new CRD.
+
+use super::leader::Fence;
+use crate::render::FIELD_MANAGER;
+use crate::rules::CompiledRule;
+use crate::rules::evolve::{Breaking, breaking_changes};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+
+/// Why a CRD was not installed.
+#[derive(Debug, thiserror::Error)]
+pub enum CrdError {
+    #[error("the new CRD {name} would break what the cluster stores: {}; the CRD the cluster serves is kept (make the change additive, or migrate the resources first)", list(.changes))]
+    Breaking {
+        name: String,
+        changes: Vec<Breaking>,
+    },
+    #[error("not the leader: the CRD was not written")]
+    NotLeader,
+    #[error("installing the CRD {name}: {source}")]
+    Api {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+fn list(changes: &[Breaking]) -> String {
+    changes
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// What became of a rule's CRD.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Installed {
+    /// The rule has no `schema`.
+    NoSchema,
+    Created,
+    /// Applied over the served one (an additive change, or none).
+    Applied,
+}
+
+/// The stored resources of the kind the served CRD defines (None when they cannot be
+/// listed: then every removed field counts as used).
+async fn stored(client: &Client, old: &Value) -> Option<Vec<Value>> {
+    let spec = &old["spec"];
+    let version = spec["versions"]
+        .as_array()?
+        .iter()
+        .find(|v| v["storage"] == true)?["name"]
+        .as_str()?;
+    let group = spec["group"].as_str()?;
+    let ar = ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: spec["names"]["kind"].as_str()?.into(),
+        plural: spec["names"]["plural"].as_str()?.into(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let objects = api.list(&ListParams::default()).await.ok()?;
+    Some(
+        objects
+            .items
+            .iter()
+            .filter_map(|o| serde_json::to_value(o).ok())
+            .collect(),
+    )
+}
+
+/// The changes from the CRD the cluster serves to `new` that would break what it stores
+/// (none when the cluster has no such CRD).
+pub async fn against_cluster(client: &Client, new: &Value) -> Result<Vec<Breaking>, kube::Error> {
+    let name = new["metadata"]["name"].as_str().unwrap_or_default();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let Some(old) = api.get_opt(name).await? else {
+        return Ok(Vec::new());
+    };
+    let old = serde_json::to_value(&old).unwrap_or_default();
+    Ok(breaking_changes(
+        &old,
+        new,
+        stored(client, &old).await.as_deref(),
+    ))
+}
+
+/// Creates or updates the CRD of `rule`, refusing a breaking change.
+pub async fn install(
+    client: &Client,
+    rule: &CompiledRule,
+    fence: &Fence,
+) -> Result<Installed, CrdError> {
+    let Some(new) = &rule.crd else {
+        return Ok(Installed::NoSchema);
+    };
+    let name = new["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let err = |source| CrdError::Api {
+        name: name.clone(),
+        source,
+    };
+    let created = api.get_opt(&name).await.map_err(err)?.is_none();
+    let changes = against_cluster(client, new).await.map_err(err)?;
+    if !changes.is_empty() {
+        return Err(CrdError::Breaking { name, changes });
+    }
+    if !fence.holds() {
+        return Err(CrdError::NotLeader);
+    }
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let applied = api
+        .patch(&name, &params, &Patch::Apply(new))
+        .await
+        .map_err(err)?;
+    tracing::info!(crd = %applied.name_any(), created, "CRD installed from the rule's schema");
+    Ok(if created {
+        Installed::Created
+    } else {
+        Installed::Applied
+    })
+}

@@ -1,0 +1,112 @@
+//! The kind's schema on the real control plane: `ruleop run --install-crds` installs the
+//! CRD made from a rule, applies an additive change live, and refuses a breaking one
+//! while the old CRD keeps serving.
+
+mod common;
+
+use common::{Operator, eventually, get_json, kubectl, kubectl_ok, wait_json};
+use std::time::Duration;
+
+const CRD: &str = "gadgets.schema.ruleop.dev";
+
+fn rule(spec: &str, data: &str) -> String {
+    format!(
+        "name: gadget\nwatch: {{group: schema.ruleop.dev, version: v1, resource: gadgets}}\nschema:\n  kind: Gadget\n  spec:\n{spec}children:\n  - id: cm\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {{name: \"{{{{ name }}}}\"}}\n      data:\n{data}"
+    )
+}
+
+fn size_type() -> Option<String> {
+    let crd = get_json("crd", "", CRD)?;
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["size"]["type"]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[tokio::test]
+async fn install_crds_creates_applies_additive_changes_and_refuses_breaking_ones() {
+    let client = common::client().await;
+    let _ = kubectl(
+        &["delete", "crd", CRD, "--ignore-not-found", "--wait=true"],
+        None,
+    );
+    let ns = common::namespace(&client, "e2e-schema").await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gadget.yaml");
+    let v1 = rule(
+        "    size: integer | default=1 minimum=1\n",
+        "        size: \"{{ spec.size | string }}\"\n",
+    );
+    std::fs::write(&file, &v1).unwrap();
+    let op = Operator::start(
+        &ns,
+        &[dir.path().to_str().unwrap()],
+        &["--install-crds", "--rules-poll-seconds", "1"],
+    );
+
+    // No CRD before: ruleop makes it, and serves the kind.
+    eventually(Duration::from_secs(60), "CRD established", || async {
+        let crd = get_json("crd", "", CRD)?;
+        let conds = crd["status"]["conditions"].as_array()?.clone();
+        conds
+            .iter()
+            .any(|c| c["type"] == "Established" && c["status"] == "True")
+            .then_some(())
+    })
+    .await;
+    let gadget = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: schema.ruleop.dev/v1\nkind: Gadget\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {spec}\n"
+        )
+    };
+    kubectl_ok(&["apply", "-f", "-"], Some(&gadget("g", "{}")));
+    wait_json(
+        "configmap",
+        &ns,
+        "g",
+        "size from the schema's default",
+        |c| c["data"]["size"] == "1",
+    )
+    .await;
+    // The schema's bounds hold at the API server.
+    let (ok, _, err) = kubectl(&["apply", "-f", "-"], Some(&gadget("bad", "{size: 0}")));
+    assert!(!ok && err.contains("spec.size"), "{err}");
+
+    // Additive: a new optional field with a default, live.
+    let v2 = rule(
+        "    size: integer | default=1 minimum=1\n    color: string | default=blue\n",
+        "        size: \"{{ spec.size | string }}\"\n        color: \"{{ spec.color }}\"\n",
+    );
+    std::fs::write(&file, &v2).unwrap();
+    wait_json(
+        "configmap",
+        &ns,
+        "g",
+        "color from the new field's default",
+        |c| c["data"]["color"] == "blue",
+    )
+    .await;
+
+    // Breaking: size becomes a string. Refused with the reason; the old CRD serves.
+    let v3 = v2.replace("size: integer | default=1 minimum=1", "size: string");
+    std::fs::write(&file, &v3).unwrap();
+    let refusal = eventually(Duration::from_secs(60), "refusal logged", || async {
+        op.records()
+            .into_iter()
+            .find(|r| r["message"] == "CRD not installed")
+            .and_then(|r| r["error"].as_str().map(str::to_string))
+    })
+    .await;
+    assert!(
+        refusal.contains("v1 spec.size: type changed from \"integer\" to \"string\""),
+        "{refusal}"
+    );
+    assert_eq!(size_type().as_deref(), Some("integer"));
+    kubectl_ok(&["apply", "-f", "-"], Some(&gadget("h", "{size: 3}")));
+    wait_json("configmap", &ns, "h", "served by the old CRD", |c| {
+        c["data"]["size"] == "3"
+    })
+    .await;
+    common::delete_namespace(&ns);
+    let _ = kubectl(&["delete", "crd", CRD, "--wait=false"], None);
+}
