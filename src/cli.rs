@@ -117,6 +117,10 @@ struct RenderArgs {
     /// resources first, as the API server would.
     #[arg(long)]
     crd: Vec<PathBuf>,
+    /// Check every rendered object against its kind's schema (built-in kinds): an unknown
+    /// field, a value of the wrong type, a missing required field fails the render.
+    #[arg(long)]
+    strict: bool,
 }
 
 #[derive(Args, Debug)]
@@ -435,6 +439,10 @@ fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
+        if args.strict && !strict_ok(&plan.children) {
+            failed = true;
+            continue;
+        }
         for c in &plan.children {
             out!("---\n{}", serde_yaml::to_string(&c.object)?);
         }
@@ -462,6 +470,39 @@ fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Checks rendered objects against their kinds' schemas; prints what is wrong.
+fn strict_ok(children: &[Rendered]) -> bool {
+    let mut ok = true;
+    for c in children {
+        let Some(schema) = rules::typed::builtin(&c.api_version, &c.kind) else {
+            continue;
+        };
+        let literal = |_: &str| rules::typed::Shape::Literal;
+        let mut check = rules::typed::Check {
+            shape: &literal,
+            out: Vec::new(),
+        };
+        check.value(&c.object, schema, "", "");
+        for f in check.out {
+            ok = false;
+            eprintln!(
+                "error: child `{}` ({} {}): {}: {}\n  fix: {}",
+                c.instance(),
+                c.kind,
+                c.name,
+                if f.field.is_empty() {
+                    "object"
+                } else {
+                    &f.field
+                },
+                f.problem,
+                f.fix
+            );
+        }
+    }
+    ok
 }
 
 /// The live object of a rendered child among `live`, by apiVersion, kind and name.

@@ -226,6 +226,70 @@ fn check_with_the_crd_refuses_a_spec_field_the_crd_does_not_have() {
 }
 
 #[test]
+fn check_finds_ten_child_schema_mistakes_each_with_its_line() {
+    let file = "tests/fixtures/typed/mistakes.yaml";
+    let (code, stdout, stderr) = ruleop(&["check", "--rules", file]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("0 rule(s) ok, 10 error(s)"),
+        "{stdout}{stderr}"
+    );
+    let text = std::fs::read_to_string(format!("{}/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    // Every line marked `# N` is named by exactly one error.
+    for (i, line) in text.lines().enumerate() {
+        let Some(mark) = line
+            .split("# ")
+            .nth(1)
+            .filter(|m| m.starts_with(|c: char| c.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let at = format!("mistakes.yaml:{}: rule `typed-mistakes`", i + 1);
+        assert_eq!(
+            stderr.matches(&at).count(),
+            1,
+            "mistake {mark} at line {}: {stderr}",
+            i + 1
+        );
+    }
+}
+
+#[test]
+fn render_strict_checks_the_resources_values_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let cr = dir.path().join("cr.yaml");
+    // An image that is a number, and a port that is text: the rule is right, the values are not.
+    std::fs::write(
+        &cr,
+        "apiVersion: myscheme.example.com/v1\nkind: MyApp\nmetadata: {name: a, namespace: n}\nspec: {image: 5, replicas: 2}\n",
+    )
+    .unwrap();
+    let (code, _, _) = ruleop(&[
+        "render",
+        "--rules",
+        "rules/myapp.yaml",
+        cr.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "without --strict the objects are printed");
+    let (code, stdout, stderr) = ruleop(&[
+        "render",
+        "--strict",
+        "--rules",
+        "rules/myapp.yaml",
+        cr.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("spec.template.spec.containers[0].image: 5 is an integer; `spec.template.spec.containers[0].image` is a string"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.is_empty(),
+        "nothing printed for a resource that fails: {stdout}"
+    );
+}
+
+#[test]
 fn render_with_the_crd_applies_its_defaults_first() {
     let dir = tempfile::tempdir().unwrap();
     // The rule without its schema (so without defaults): only the CRD's can fill

@@ -365,7 +365,7 @@ fn wrongly_typed_and_missing_spec_fields_have_defined_outcomes() {
 #[test]
 fn a_map_literal_with_nested_braces_renders_as_a_map_and_none_drops_a_list_item() {
     let r = rule(
-        "name: t\nwatch: {group: x.io, version: v1, resource: ts}\nchildren:\n  - id: cm\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {name: \"{{ name }}\"}\n      spec:\n        nested: \"{{ {'x': {'y': 1}} }}\"\n        items:\n          - \"{{ {'a': {'b': 1}} if spec.on | default(false) else none }}\"\n          - kept\n",
+        "name: t\nwatch: {group: x.io, version: v1, resource: ts}\nchildren:\n  - id: cm\n    template:\n      apiVersion: x.io/v1\n      kind: Thing\n      metadata: {name: \"{{ name }}\"}\n      spec:\n        nested: \"{{ {'x': {'y': 1}} }}\"\n        items:\n          - \"{{ {'a': {'b': 1}} if spec.on | default(false) else none }}\"\n          - kept\n",
     );
     let cr = json!({"metadata": {"name": "n", "namespace": "ns"}, "spec": {}});
     let out = render(&r, &cr).unwrap();
@@ -622,7 +622,7 @@ fn references_to_unknown_or_unnamed_children_are_refused_at_load() {
 #[test]
 fn an_item_variable_is_seen_only_inside_its_repetition() {
     let e = load_errors(&format!(
-        "{HEAD}children:\n  - id: svc\n    template:\n      apiVersion: v1\n      kind: Service\n      metadata: {{name: x, labels: {{p: \"{{{{ port.name }}}}\"}}}}\n      spec:\n        ports:\n          - forEach: spec.ports\n            as: port\n            item: {{port: \"{{{{ port.port }}}}\", name: \"{{{{ index }}}}\"}}\n"
+        "{HEAD}children:\n  - id: svc\n    template:\n      apiVersion: v1\n      kind: Service\n      metadata: {{name: x, labels: {{p: \"{{{{ port.name }}}}\"}}}}\n      spec:\n        ports:\n          - forEach: spec.ports\n            as: port\n            item: {{port: \"{{{{ port.port }}}}\", name: \"p{{{{ index }}}}\"}}\n"
     ));
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(

@@ -14,6 +14,7 @@ pub mod load;
 pub mod program;
 pub mod schema;
 pub mod spec;
+pub mod typed;
 
 pub use compile::{
     CompiledChild, CompiledExisting, CompiledField, CompiledRule, Each, FieldSource, Find, Key,

@@ -10,6 +10,7 @@ use crate::rules::graph::{self, Reads, Reference};
 use crate::rules::kinds::{check_builtin_kind, known_cluster_scoped};
 use crate::rules::program::Program;
 use crate::rules::spec::{ChildSpec, ExistingSpec, RuleSpec};
+use crate::rules::typed::{self, Shape};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -530,4 +531,85 @@ fn unknown_id(c: &mut Compiler<'_>, at: &str, child: &str, what: &str, name: &st
         format!("`{name}` names no {what} of this rule"),
         fix,
     );
+}
+
+/// What a string scalar of a template gives, as far as the load can tell: a literal, text,
+/// or a lone expression whose type is known (the standard variables, and `spec.…` fields
+/// the rule's schema types).
+fn shape_of(text: &str, spec_schema: Option<&Value>) -> Shape {
+    let src = match classify(text) {
+        Scalar::Literal => return Shape::Literal,
+        Scalar::Text => return Shape::Text,
+        Scalar::Expr(src) => src.trim(),
+    };
+    match src {
+        "labels" | "selectorLabels" | "metadata" | "metadata.labels" | "metadata.annotations" => {
+            return Shape::Map;
+        }
+        "name" | "namespace" | "rule" => return Shape::Scalar("string"),
+        INDEX_VARIABLE => return Shape::Scalar("integer"),
+        _ => {}
+    }
+    let Some(path) = src.strip_prefix("spec.") else {
+        return Shape::Unknown;
+    };
+    let mut s = match spec_schema {
+        Some(s) => s,
+        None => return Shape::Unknown,
+    };
+    for seg in path.split('.') {
+        if !is_identifier(seg) {
+            return Shape::Unknown;
+        }
+        match s["properties"].get(seg) {
+            Some(next) => s = next,
+            None => return Shape::Unknown,
+        }
+    }
+    match s["type"].as_str() {
+        Some("object") => Shape::Map,
+        Some("array") => Shape::List,
+        Some("string") => Shape::Scalar("string"),
+        Some("integer") => Shape::Scalar("integer"),
+        Some("number") => Shape::Scalar("number"),
+        Some("boolean") => Shape::Scalar("boolean"),
+        _ => Shape::Unknown,
+    }
+}
+
+/// Every child of a built-in kind is checked against its kind's schema.
+pub(super) fn check_types(c: &mut Compiler<'_>, spec: &RuleSpec, crd: Option<&Value>) {
+    let spec_schema =
+        crd.map(|c| &c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]);
+    for (i, ch) in spec.children.iter().enumerate() {
+        let t = &ch.template;
+        let (Some(av), Some(kind)) = (t["apiVersion"].as_str(), t["kind"].as_str()) else {
+            continue;
+        };
+        let Some(schema) = typed::builtin(av, kind) else {
+            continue;
+        };
+        let shape = |s: &str| shape_of(s, spec_schema);
+        let mut check = typed::Check {
+            shape: &shape,
+            out: Vec::new(),
+        };
+        check.value(t, schema, &format!("children[{i}].template"), "");
+        for f in check.out {
+            c.error(
+                &f.at,
+                Some(&ch.id),
+                format!(
+                    "{kind} {}: {}",
+                    if f.field.is_empty() {
+                        "object"
+                    } else {
+                        &f.field
+                    },
+                    f.problem
+                ),
+                f.fix,
+            );
+        }
+    }
 }

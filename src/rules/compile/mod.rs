@@ -470,6 +470,7 @@ pub fn compile(
         }
     }
     check_same_names(&mut c, spec);
+    child::check_types(&mut c, spec, crd.as_ref());
     let existing = compile_existing(&mut c, spec);
     let ids: Vec<&str> = spec.children.iter().map(|c| c.id.as_str()).collect();
     let fields = compile_fields(&mut c, spec, &ids);
