@@ -5,6 +5,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY benches ./benches
+COPY schemas/kubernetes.json ./schemas/kubernetes.json
 RUN cargo build --release --locked --bin ruleop
 
 FROM gcr.io/distroless/cc-debian12:nonroot

@@ -219,6 +219,8 @@ fn check_against_cluster(loaded: &[Arc<CompiledRule>]) -> anyhow::Result<Vec<Loa
 }
 
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    // Children of the CRDs' kinds are checked against their schemas too.
+    rules::typed::use_crds(&read_crds(&args.crd)?);
     let (loaded, mut errors) = rules::load_paths(&args.rules);
     if args.against_cluster {
         errors.extend(check_against_cluster(&loaded)?);

@@ -255,6 +255,37 @@ fn check_finds_ten_child_schema_mistakes_each_with_its_line() {
 }
 
 #[test]
+fn check_with_a_crd_checks_children_of_its_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = dir.path().join("shop.yaml");
+    std::fs::write(
+        &rule,
+        "name: shops\nwatch: {group: x.io, version: v1, resource: shops}\nchildren:\n  - id: ms\n    template:\n      apiVersion: example.ruleop.dev/v1\n      kind: Microservice\n      metadata: {name: \"{{ name }}\"}\n      spec:\n        imgae: nginx\n        secretName: s\n",
+    )
+    .unwrap();
+    let (code, _, _) = ruleop(&["check", "--rules", rule.to_str().unwrap()]);
+    assert_eq!(code, 0, "without the CRD its fields pass");
+    let (code, stdout, stderr) = ruleop(&[
+        "check",
+        "--rules",
+        rule.to_str().unwrap(),
+        "--crd",
+        "tests/fixtures/microservice/crd.yaml",
+    ]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stderr.contains(
+            "shop.yaml:10: rule `shops`, child `ms`: Microservice spec.imgae: unknown field `imgae`"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("`spec` lacks the required field `image`"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn render_strict_checks_the_resources_values_too() {
     let dir = tempfile::tempdir().unwrap();
     let cr = dir.path().join("cr.yaml");

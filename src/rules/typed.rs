@@ -20,6 +20,35 @@ pub fn kubernetes_version() -> &'static str {
     BUILTIN["kubernetes"].as_str().unwrap_or("unknown")
 }
 
+thread_local! {
+    /// CRDs given to `ruleop check --crd`: their kinds are checked too, on this thread.
+    static CRDS: std::cell::RefCell<Vec<Value>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Makes the kinds of these CRDs known to the checks of rules loaded on this thread
+/// afterwards (`ruleop check --crd`).
+pub fn use_crds(crds: &[Value]) {
+    CRDS.with(|c| *c.borrow_mut() = crds.to_vec());
+}
+
+/// The schema of a kind from the CRDs given with [`use_crds`].
+pub fn from_crds(api_version: &str, kind: &str) -> Option<Value> {
+    let (group, version) = api_version.rsplit_once('/')?;
+    CRDS.with(|c| {
+        c.borrow()
+            .iter()
+            .filter(|d| d["spec"]["group"] == group && d["spec"]["names"]["kind"] == kind)
+            .flat_map(|d| {
+                d["spec"]["versions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .find(|v| v["name"] == version)
+            .map(|v| v["schema"]["openAPIV3Schema"].clone())
+    })
+}
+
 /// The schema of a built-in kind.
 pub fn builtin(api_version: &str, kind: &str) -> Option<&'static Value> {
     let name = BUILTIN["kinds"][format!("{api_version} {kind}")].as_str()?;

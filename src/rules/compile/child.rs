@@ -586,7 +586,8 @@ pub(super) fn check_types(c: &mut Compiler<'_>, spec: &RuleSpec, crd: Option<&Va
         let (Some(av), Some(kind)) = (t["apiVersion"].as_str(), t["kind"].as_str()) else {
             continue;
         };
-        let Some(schema) = typed::builtin(av, kind) else {
+        let from_crd = typed::from_crds(av, kind);
+        let Some(schema) = typed::builtin(av, kind).or(from_crd.as_ref()) else {
             continue;
         };
         let shape = |s: &str| shape_of(s, spec_schema);
