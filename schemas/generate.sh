@@ -2,7 +2,8 @@
 # Regenerates schemas/kubernetes.json: the OpenAPI schemas of the built-in kinds ruleop
 # checks child templates against (`ruleop check`), taken from the API server of the
 # control plane the project builds (tests/cluster/up.sh), without descriptions, and only
-# what the namespaced kinds of these API versions reach. Shipped in the binary.
+# what the kinds of these API versions reach (cluster-scoped ones too: a rule making one is
+# refused for that before its schema matters). Shipped in the binary.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"

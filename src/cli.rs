@@ -226,9 +226,15 @@ fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         errors.extend(check_against_cluster(&loaded)?);
     }
     let crds = read_crds(&args.crd)?;
-    for r in loaded.iter().filter(|_| !crds.is_empty()) {
-        match rules::crd::schema_for(r, &crds) {
+    for r in &loaded {
+        // The rule's own schema, or a CRD given for its kind.
+        let own = r
+            .crd
+            .as_ref()
+            .map(|c| &c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]);
+        match rules::crd::schema_for(r, &crds).or(own) {
             Some(schema) => errors.extend(rules::crd::check_spec_fields(r, schema)),
+            None if crds.is_empty() => {}
             None => eprintln!(
                 "note: rule `{}`: no CRD given serves {} {}; its spec fields were not checked",
                 r.name,

@@ -166,7 +166,9 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": t.name}, "subjects": subject}));
         }
     }
-    if t.install_crds {
+    if t.install_crds && rules.iter().any(|r| r.crd.is_some()) {
+        // (With no schema there is no CRD to install: an empty `resourceNames` would
+        // grant every CRD, so nothing is granted.)
         // Only the CRDs of these rules, by name; listing the kinds' resources (to check
         // a change against what is stored) is already granted above.
         let names: Vec<String> = rules
@@ -264,6 +266,34 @@ mod tests {
             m[2]["kind"], "Role",
             "the Lease is only in the operator's namespace"
         );
+    }
+
+    #[test]
+    fn install_crds_grants_only_the_rules_crds_and_nothing_without_a_schema() {
+        let load = |text: &str| crate::rules::load_str(text, std::path::Path::new("r.yaml")).0;
+        let t = Target {
+            name: "ruleop".into(),
+            service_account: "ruleop".into(),
+            operator_namespace: "ruleop-system".into(),
+            namespace: None,
+            without_status_subresource: BTreeSet::new(),
+            install_crds: true,
+        };
+        let m = manifests(&load(include_str!("../rules/website.yaml")), &t);
+        let crds = m
+            .iter()
+            .find(|x| x["metadata"]["name"] == "ruleop-crds")
+            .expect("a ClusterRole for CRDs");
+        assert_eq!(
+            crds["rules"][0]["resourceNames"],
+            json!(["websites.sre.example.com"])
+        );
+        // No schema: no CRD to install, and no (unbounded) grant.
+        let m = manifests(
+            &load(include_str!("../tests/fixtures/microservice/rules.yaml")),
+            &t,
+        );
+        assert!(m.iter().all(|x| x["metadata"]["name"] != "ruleop-crds"));
     }
 
     #[test]

@@ -356,7 +356,11 @@ async fn run(
         match super::crds::install(&client, &rule, &opts.fence).await {
             Ok(_) => {}
             Err(e) => {
-                opts.metrics.error(&rule.name, "crd_refused");
+                let category = match e {
+                    super::crds::CrdError::Breaking { .. } => "crd_refused",
+                    _ => "crd_error",
+                };
+                opts.metrics.error(&rule.name, category);
                 tracing::error!(error = %e, "CRD not installed");
             }
         }

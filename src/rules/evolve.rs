@@ -89,15 +89,41 @@ impl Walk<'_> {
         });
     }
 
+    /// The values at `path` in `v`: `[]` steps into every list element, `{}` into every
+    /// map value.
+    fn at<'v>(v: &'v Value, path: &[&str], out: &mut Vec<&'v Value>) {
+        let Some((first, rest)) = path.split_first() else {
+            out.push(v);
+            return;
+        };
+        match *first {
+            "[]" => v
+                .as_array()
+                .into_iter()
+                .flatten()
+                .for_each(|x| Self::at(x, rest, out)),
+            "{}" => v
+                .as_object()
+                .into_iter()
+                .flatten()
+                .for_each(|(_, x)| Self::at(x, rest, out)),
+            k => {
+                if let Some(x) = v.get(k) {
+                    Self::at(x, rest, out);
+                }
+            }
+        }
+    }
+
     /// Whether any stored resource has a value at `path` (unknown resources: yes).
     fn used(&self, path: &[&str]) -> bool {
         let Some(objects) = self.stored else {
             return true;
         };
         objects.iter().any(|o| {
-            path.iter()
-                .try_fold(*o, |v, k| v.get(*k))
-                .is_some_and(|v| !v.is_null())
+            let mut found = Vec::new();
+            Self::at(o, path, &mut found);
+            found.iter().any(|v| !v.is_null())
         })
     }
 
@@ -108,11 +134,29 @@ impl Walk<'_> {
         };
         let (last, parent) = path.split_last().unwrap_or((&"", &[]));
         objects.iter().any(|o| {
-            parent
+            let mut parents = Vec::new();
+            Self::at(o, parent, &mut parents);
+            parents
                 .iter()
-                .try_fold(*o, |v, k| v.get(*k))
-                .is_some_and(|p| p.get(*last).is_none_or(Value::is_null))
+                .any(|p| p.get(*last).is_none_or(Value::is_null))
         })
+    }
+
+    /// Keys stored under `path` that `props` does not declare (the new schema would prune
+    /// them); unknown resources: a placeholder, as any key may be there.
+    fn undeclared(&self, path: &[&str], props: &serde_json::Map<String, Value>) -> Vec<String> {
+        let Some(objects) = self.stored else {
+            return vec!["(fields the resources may have)".into()];
+        };
+        let mut keys = std::collections::BTreeSet::new();
+        for o in objects {
+            let mut found = Vec::new();
+            Self::at(o, path, &mut found);
+            for m in found.iter().filter_map(|v| v.as_object()) {
+                keys.extend(m.keys().filter(|k| !props.contains_key(*k)).cloned());
+            }
+        }
+        keys.into_iter().collect()
     }
 
     fn node(&mut self, old: &Value, new: &Value, path: &[&str]) {
@@ -129,7 +173,21 @@ impl Walk<'_> {
         self.bounds(old, new, path);
         let props = |s: &Value| s["properties"].as_object().cloned().unwrap_or_default();
         let (op, np) = (props(old), props(new));
+        // An open object (any fields kept) made closed: the server prunes what the new
+        // schema does not declare.
+        let open_old = open(old) || old["additionalProperties"] == true;
+        let open_new = open(new) || new.get("additionalProperties").is_some();
+        if open_old && !open_new && old["type"] == "object" {
+            let lost = self.undeclared(path, &np);
+            if !lost.is_empty() {
+                self.push(path, format!("the object kept any field and now keeps only its declared ones: stored {} would be pruned", lost.join(", ")));
+            }
+        }
         for (name, o) in &op {
+            if path.is_empty() && name == "status" {
+                // The status is ruleop's to write: it is rewritten, not migrated.
+                continue;
+            }
             let mut p = path.to_vec();
             p.push(name);
             match np.get(name) {
@@ -294,6 +352,40 @@ mod tests {
             ),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn inside_lists_stored_values_count_and_an_open_object_closed_prunes() {
+        let item = |props: Value| json!({"type": "array", "items": {"type": "object", "properties": props}});
+        let old = crd(
+            spec(
+                json!({"ports": item(json!({"name": {"type": "string"}, "old": {"type": "string"}}))}),
+            ),
+            &["v1"],
+        );
+        let new = crd(
+            spec(json!({"ports": item(json!({"name": {"type": "string"}}))})),
+            &["v1"],
+        );
+        let unused = [json!({"apiVersion": "x.io/v1", "spec": {"ports": [{"name": "a"}]}})];
+        assert_eq!(breaking_changes(&old, &new, Some(&unused)), vec![]);
+        let used =
+            [json!({"apiVersion": "x.io/v1", "spec": {"ports": [{"name": "a"}, {"old": "x"}]}})];
+        assert_eq!(breaking_changes(&old, &new, Some(&used)).len(), 1);
+        // A spec that kept any field, now typed: what is stored outside the new fields goes.
+        let open = crd(
+            json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+            &["v1"],
+        );
+        let typed = crd(spec(json!({"size": {"type": "integer"}})), &["v1"]);
+        let stored = [json!({"apiVersion": "x.io/v1", "spec": {"size": 1, "color": "red"}})];
+        let found = breaking_changes(&open, &typed, Some(&stored));
+        assert!(
+            found.len() == 1 && found[0].reason.contains("stored color would be pruned"),
+            "{found:?}"
+        );
+        let fits = [json!({"apiVersion": "x.io/v1", "spec": {"size": 1}})];
+        assert_eq!(breaking_changes(&open, &typed, Some(&fits)), vec![]);
     }
 
     #[test]

@@ -179,7 +179,43 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
             }
         }
     }
+    if let Some(d) = schema.get("default")
+        && let Some(why) = outside(&schema, d)
+    {
+        return Err(problem(
+            path,
+            format!("default {d} {why}"),
+            "make the default one the field allows",
+        ));
+    }
     Ok((schema, required))
+}
+
+/// Why `v` is not a value `schema` allows (its enum and bounds), if it is not.
+fn outside(schema: &Value, v: &Value) -> Option<String> {
+    if let Some(e) = schema["enum"].as_array()
+        && !e.contains(v)
+    {
+        return Some(format!("is not one of the enum {}", schema["enum"]));
+    }
+    let n = |k: &str| schema.get(k).and_then(Value::as_f64);
+    let len = v
+        .as_str()
+        .map(|s| s.chars().count() as f64)
+        .or_else(|| v.as_array().map(|a| a.len() as f64));
+    let checks = [
+        ("minimum", v.as_f64(), true),
+        ("maximum", v.as_f64(), false),
+        ("minLength", len.filter(|_| v.is_string()), true),
+        ("maxLength", len.filter(|_| v.is_string()), false),
+        ("minItems", len.filter(|_| v.is_array()), true),
+        ("maxItems", len.filter(|_| v.is_array()), false),
+    ];
+    checks.into_iter().find_map(|(k, have, low)| {
+        let (have, bound) = (have?, n(k)?);
+        let bad = if low { have < bound } else { have > bound };
+        bad.then(|| format!("is outside `{k}={}`", schema[k]))
+    })
 }
 
 /// An object from a mapping of fields (each a line or a nested mapping).
@@ -200,7 +236,12 @@ pub fn object(fields: &Map<String, Value>, path: &str) -> Result<Value, Vec<Sche
                 Err(p) => problems.push(p),
             },
             Value::Object(inner) => match object(inner, &at) {
-                Ok(s) => {
+                Ok(mut s) => {
+                    // An absent object gets its fields' defaults only if it defaults
+                    // to `{}` itself (the API server defaults inside present objects).
+                    if !defaults(&s).is_empty() {
+                        s["default"] = json!({});
+                    }
                     props.insert(name.clone(), s);
                 }
                 Err(mut p) => problems.append(&mut p),
@@ -228,7 +269,14 @@ pub fn defaults(schema: &Value) -> Map<String, Value> {
     let mut out = Map::new();
     for (name, s) in schema["properties"].as_object().into_iter().flatten() {
         if let Some(d) = s.get("default") {
-            out.insert(name.clone(), d.clone());
+            // An object defaulting to `{}` then gets its fields' defaults, as the server does.
+            let mut d = d.clone();
+            if let Some(m) = d.as_object_mut() {
+                for (k, v) in defaults(s) {
+                    m.entry(k).or_insert(v);
+                }
+            }
+            out.insert(name.clone(), d);
         } else if s["type"] == "object" {
             let inner = defaults(s);
             if !inner.is_empty() {
@@ -453,6 +501,13 @@ mod tests {
         assert!(e.problem.contains("unknown marker `minimun`"), "{e:?}");
         let e = field("string | description=\"open", "x").unwrap_err();
         assert!(e.problem.contains("no closing quote"), "{e:?}");
+        let e = field("integer | default=0 minimum=1", "x").unwrap_err();
+        assert!(
+            e.problem.contains("default 0 is outside `minimum=1`"),
+            "{e:?}"
+        );
+        let e = field("string | enum=a,b default=c", "x").unwrap_err();
+        assert!(e.problem.contains("is not one of the enum"), "{e:?}");
     }
 
     #[test]

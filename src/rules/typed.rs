@@ -262,6 +262,13 @@ impl Check<'_> {
         }
         let props = s["properties"].as_object();
         let extra = s.get("additionalProperties").filter(|a| a.is_object());
+        // Fields a schema keeps whatever they are: unknown ones are not errors there.
+        let open = s["x-kubernetes-preserve-unknown-fields"] == true
+            || s["additionalProperties"] == true
+            || s["x-kubernetes-embedded-resource"] == true;
+        // Every object has these at its root, listed in its schema or not.
+        let type_meta =
+            |k: &str| field.is_empty() && matches!(k, "apiVersion" | "kind" | "metadata");
         let templated_key = m.keys().any(|k| k.contains("{{") || k.contains("{%"));
         for (k, v) in m {
             let sub_at = if at.is_empty() {
@@ -277,7 +284,7 @@ impl Check<'_> {
             match (props.and_then(|p| p.get(k)), extra) {
                 (Some(ps), _) => self.value(v, ps, &sub_at, &sub_field),
                 (None, Some(a)) => self.value(v, a, &sub_at, &sub_field),
-                (None, None) if k.contains("{{") || props.is_none() => {}
+                (None, None) if k.contains("{{") || props.is_none() || open || type_meta(k) => {}
                 (None, None) => {
                     let names: Vec<&String> = props.map(|p| p.keys().collect()).unwrap_or_default();
                     let fix = match names
