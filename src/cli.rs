@@ -423,6 +423,8 @@ fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let crds = read_crds(&args.crd)?;
+    // With --strict, children of the CRDs' kinds are checked against their schemas too.
+    rules::typed::use_crds(&crds);
     let mut failed = false;
     for cr in &crs {
         let rule = pick_rule(&loaded, args.rule.as_deref(), cr)?;
@@ -484,7 +486,9 @@ fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
 fn strict_ok(children: &[Rendered]) -> bool {
     let mut ok = true;
     for c in children {
-        let Some(schema) = rules::typed::builtin(&c.api_version, &c.kind) else {
+        let from_crd = rules::typed::from_crds(&c.api_version, &c.kind);
+        let Some(schema) = rules::typed::builtin(&c.api_version, &c.kind).or(from_crd.as_ref())
+        else {
             continue;
         };
         let literal = |_: &str| rules::typed::Shape::Literal;

@@ -283,6 +283,28 @@ fn check_with_a_crd_checks_children_of_its_kind() {
         stderr.contains("`spec` lacks the required field `image`"),
         "{stderr}"
     );
+    // render --strict with the CRD checks the rendered object of its kind too.
+    let cr = dir.path().join("cr.yaml");
+    std::fs::write(
+        &cr,
+        "apiVersion: x.io/v1\nkind: Shop\nmetadata: {name: a, namespace: n}\nspec: {}\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = ruleop(&[
+        "render",
+        "--strict",
+        "--rules",
+        rule.to_str().unwrap(),
+        "--crd",
+        "tests/fixtures/microservice/crd.yaml",
+        cr.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr
+            .contains("child `ms` (Microservice a): spec: `spec` lacks the required field `image`"),
+        "{stderr}"
+    );
 }
 
 #[test]
