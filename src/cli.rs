@@ -188,6 +188,13 @@ fn run(args: crate::controller::RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Every rule of `paths`, or None (with the errors printed) if any has an error.
+fn load_all_or_report(paths: &[PathBuf]) -> Option<Vec<Arc<CompiledRule>>> {
+    let (loaded, errors) = rules::load_paths(paths);
+    print_errors(&errors);
+    errors.is_empty().then_some(loaded)
+}
+
 fn print_errors(errors: &[LoadError]) {
     for e in errors {
         eprintln!("error: {e}");
@@ -272,11 +279,9 @@ fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn crd_cmd(args: CrdArgs) -> anyhow::Result<ExitCode> {
-    let (loaded, errors) = rules::load_paths(&args.rules);
-    if !errors.is_empty() {
-        print_errors(&errors);
+    let Some(loaded) = load_all_or_report(&args.rules) else {
         return Ok(ExitCode::FAILURE);
-    }
+    };
     for rule in &loaded {
         match &rule.crd {
             Some(crd) => out!(
@@ -295,11 +300,9 @@ fn crd_cmd(args: CrdArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
-    let (loaded, errors) = rules::load_paths(&args.rules);
-    if !errors.is_empty() {
-        print_errors(&errors);
+    let Some(loaded) = load_all_or_report(&args.rules) else {
         return Ok(ExitCode::FAILURE);
-    }
+    };
     let crds = read_crds(&args.crd)?;
     let target = crate::rbac::Target {
         name: args.name,
@@ -412,11 +415,9 @@ fn pick_rule<'a>(
 }
 
 fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
-    let (loaded, errors) = rules::load_paths(&args.rules);
-    if !errors.is_empty() {
-        print_errors(&errors);
+    let Some(loaded) = load_all_or_report(&args.rules) else {
         return Ok(ExitCode::FAILURE);
-    }
+    };
     let crs = read_objects(&args.cr)?;
     let observed = match &args.observed {
         Some(p) => Some(read_objects(p)?),
@@ -543,21 +544,19 @@ fn offline_existing(
     scope: render::Scope,
     live: &[Value],
 ) -> Result<render::Scope, render::RenderError> {
-    let lookups = render::lookups(rule, &scope)?;
-    let found = rule
-        .existing
-        .iter()
-        .zip(&lookups)
-        .map(|(e, lookup)| {
-            let candidates = live.iter().filter(|o| {
+    let ns = scope.namespace.clone();
+    let candidates = |i: usize, _: &render::Lookup| {
+        let e = &rule.existing[i];
+        live.iter()
+            .filter(|o| {
                 o.get("apiVersion").and_then(Value::as_str) == Some(e.api_version.as_str())
                     && o.get("kind").and_then(Value::as_str) == Some(e.kind.as_str())
                     && o.pointer("/metadata/namespace")
                         .and_then(Value::as_str)
-                        .is_none_or(|ns| ns == scope.namespace)
-            });
-            render::found(&e.kind, lookup, candidates.cloned())
-        })
-        .collect();
-    Ok(scope.with_existing(rule, found))
+                        .is_none_or(|n| n == ns)
+            })
+            .cloned()
+            .collect()
+    };
+    Ok(render::find_existing(rule, scope, candidates)?.0)
 }

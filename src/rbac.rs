@@ -204,6 +204,18 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
 mod tests {
     use super::*;
 
+    /// The operator as `deploy/` runs it, cluster-wide.
+    fn target() -> Target {
+        Target {
+            name: "ruleop".into(),
+            service_account: "ruleop".into(),
+            operator_namespace: "ruleop-system".into(),
+            namespace: None,
+            without_status_subresource: BTreeSet::new(),
+            install_crds: false,
+        }
+    }
+
     #[test]
     fn plurals_match_the_api_servers_for_built_in_kinds() {
         for (k, p) in [
@@ -228,14 +240,7 @@ mod tests {
             std::path::Path::new("w.yaml"),
         );
         assert!(errors.is_empty());
-        let t = Target {
-            name: "ruleop".into(),
-            service_account: "ruleop".into(),
-            operator_namespace: "ruleop-system".into(),
-            namespace: None,
-            without_status_subresource: BTreeSet::new(),
-            install_crds: false,
-        };
+        let t = target();
         let m = manifests(&rules, &t);
         let role = &m[0]["rules"];
         let has = |g: &str, r: &str, v: &str| {
@@ -272,12 +277,8 @@ mod tests {
     fn install_crds_grants_only_the_rules_crds_and_nothing_without_a_schema() {
         let load = |text: &str| crate::rules::load_str(text, std::path::Path::new("r.yaml")).0;
         let t = Target {
-            name: "ruleop".into(),
-            service_account: "ruleop".into(),
-            operator_namespace: "ruleop-system".into(),
-            namespace: None,
-            without_status_subresource: BTreeSet::new(),
             install_crds: true,
+            ..target()
         };
         let m = manifests(&load(include_str!("../rules/website.yaml")), &t);
         let crds = m
@@ -303,14 +304,7 @@ mod tests {
             std::path::Path::new("m.yaml"),
         );
         assert!(errors.is_empty(), "{errors:?}");
-        let t = Target {
-            name: "ruleop".into(),
-            service_account: "ruleop".into(),
-            operator_namespace: "ruleop-system".into(),
-            namespace: None,
-            without_status_subresource: BTreeSet::new(),
-            install_crds: false,
-        };
+        let t = target();
         let role = manifests(&rules, &t)[0]["rules"].clone();
         let secrets: Vec<&Value> = role
             .as_array()
@@ -338,12 +332,8 @@ mod tests {
         let crd: Value =
             serde_yaml::from_str(include_str!("../tests/fixtures/origin/myapp-crd.yaml")).unwrap();
         let t = Target {
-            name: "ruleop".into(),
-            service_account: "ruleop".into(),
-            operator_namespace: "ruleop-system".into(),
-            namespace: None,
             without_status_subresource: without_status_subresource(&[crd]),
-            install_crds: false,
+            ..target()
         };
         let role = manifests(&rules, &t)[0]["rules"].clone();
         let patch_myapps = role.as_array().unwrap().iter().any(|x| {

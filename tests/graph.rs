@@ -20,6 +20,14 @@ fn metric(addr: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// After a short settling time, ten seconds with no write by ruleop.
+async fn assert_no_writes(addr: &str, what: &str) {
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let w0 = metric(addr, "ruleop_writes_total");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(metric(addr, "ruleop_writes_total"), w0, "{what}");
+}
+
 fn patch(ns: &str, json: &str) {
     kubectl_ok(
         &[
@@ -136,14 +144,7 @@ async fn a_microservice_is_built_in_order_and_follows_its_spec_and_its_secret() 
     assert!(get_json("horizontalpodautoscaler", &ns, "shop").is_none());
 
     // Steady state: nothing written.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let w0 = metric(&addr, "ruleop_writes_total");
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(
-        metric(&addr, "ruleop_writes_total"),
-        w0,
-        "writes in steady state"
-    );
+    assert_no_writes(&addr, "writes in steady state").await;
 
     // A config value changes: the checksum rolls the pods, exactly once.
     let generation = d["metadata"]["generation"].as_i64().unwrap();
@@ -259,14 +260,7 @@ async fn a_microservice_is_built_in_order_and_follows_its_spec_and_its_secret() 
     .await;
 
     // And steady again: nothing written.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let w0 = metric(&addr, "ruleop_writes_total");
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(
-        metric(&addr, "ruleop_writes_total"),
-        w0,
-        "writes in steady state after the edits"
-    );
+    assert_no_writes(&addr, "writes in steady state after the edits").await;
     common::delete_namespace(&ns);
 }
 

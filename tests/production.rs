@@ -623,15 +623,19 @@ async fn the_generated_rbac_is_enough_and_a_kind_outside_it_is_refused_on_the_re
 #[test]
 fn the_shipped_rbac_and_rules_configmap_are_generated_from_the_shipped_rules() {
     let root = env!("CARGO_MANIFEST_DIR");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"))
-        .args(["rbac", "--rules", "rules/"])
-        .current_dir(root)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    // What `ruleop ARGS` prints, run from the repository's root.
+    let ruleop = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"))
+            .args(args)
+            .current_dir(root)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ruleop {args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
     let shipped = std::fs::read_to_string(format!("{root}/deploy/rbac.yaml")).unwrap();
     assert_eq!(
-        String::from_utf8(out.stdout).unwrap(),
+        ruleop(&["rbac", "--rules", "rules/"]),
         shipped,
         "deploy/rbac.yaml is stale: run deploy/generate.sh"
     );
@@ -665,15 +669,9 @@ fn the_shipped_rbac_and_rules_configmap_are_generated_from_the_shipped_rules() {
             "deploy/crds/myapps.myscheme.example.com.yaml",
         ),
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"))
-            .args(["crd", "--rules", rule])
-            .current_dir(root)
-            .output()
-            .unwrap();
-        assert!(out.status.success());
         let shipped = std::fs::read_to_string(format!("{root}/{crd}")).unwrap();
         assert_eq!(
-            String::from_utf8(out.stdout).unwrap(),
+            ruleop(&["crd", "--rules", rule]),
             shipped,
             "{crd} is stale: run deploy/generate.sh"
         );

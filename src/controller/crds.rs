@@ -80,17 +80,26 @@ async fn stored(client: &Client, old: &Value) -> Option<Vec<Value>> {
 /// The changes from the CRD the cluster serves to `new` that would break what it stores
 /// (none when the cluster has no such CRD).
 pub async fn against_cluster(client: &Client, new: &Value) -> Result<Vec<Breaking>, kube::Error> {
+    let old = served(client, new).await?;
+    Ok(breaking(client, old.as_ref(), new).await)
+}
+
+/// The CRD of `new`'s name the cluster serves, if any.
+async fn served(client: &Client, new: &Value) -> Result<Option<Value>, kube::Error> {
     let name = new["metadata"]["name"].as_str().unwrap_or_default();
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let Some(old) = api.get_opt(name).await? else {
-        return Ok(Vec::new());
-    };
-    let old = serde_json::to_value(&old).unwrap_or_default();
-    Ok(breaking_changes(
-        &old,
-        new,
-        stored(client, &old).await.as_deref(),
-    ))
+    Ok(api
+        .get_opt(name)
+        .await?
+        .map(|old| serde_json::to_value(&old).unwrap_or_default()))
+}
+
+/// The breaking changes from the served CRD `old` (none when there is none) to `new`.
+async fn breaking(client: &Client, old: Option<&Value>, new: &Value) -> Vec<Breaking> {
+    match old {
+        Some(old) => breaking_changes(old, new, stored(client, old).await.as_deref()),
+        None => Vec::new(),
+    }
 }
 
 /// Creates or updates the CRD of `rule`, refusing a breaking change.
@@ -111,8 +120,9 @@ pub async fn install(
         name: name.clone(),
         source,
     };
-    let created = api.get_opt(&name).await.map_err(err)?.is_none();
-    let changes = against_cluster(client, new).await.map_err(err)?;
+    let old = served(client, new).await.map_err(err)?;
+    let created = old.is_none();
+    let changes = breaking(client, old.as_ref(), new).await;
     if !changes.is_empty() {
         return Err(CrdError::Breaking { name, changes });
     }

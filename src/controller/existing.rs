@@ -100,39 +100,34 @@ pub fn resolve(
     if rule.existing.is_empty() {
         return Ok(scope);
     }
-    let lookups = render::lookups(rule, &scope)?;
     let ns = scope.namespace.clone();
-    let found: Vec<Result<Value, String>> = rule
-        .existing
-        .iter()
-        .zip(&lookups)
-        .zip(kind_of)
-        .map(|((e, lookup), &k)| {
-            let kind = &kinds[k];
-            let objects: Vec<Value> = match lookup {
-                Lookup::Name(n) => kind
-                    .store
-                    .get(&ObjectRef::new_with(n, kind.resolved.resource.clone()).within(&ns))
-                    .into_iter()
-                    .filter_map(|o| serde_json::to_value(&*o).ok())
-                    .collect(),
-                Lookup::Labels(_) => kind
-                    .store
-                    .state()
-                    .into_iter()
-                    .filter(|o| o.namespace().as_deref() == Some(ns.as_str()))
-                    .filter_map(|o| serde_json::to_value(&*o).ok())
-                    .collect(),
-            };
-            render::found(&e.kind, lookup, objects)
-        })
-        .collect();
+    let candidates = |i: usize, lookup: &Lookup| -> Vec<Value> {
+        let kind = &kinds[kind_of[i]];
+        let objects = match lookup {
+            Lookup::Name(n) => kind
+                .store
+                .get(&ObjectRef::new_with(n, kind.resolved.resource.clone()).within(&ns))
+                .into_iter()
+                .collect(),
+            Lookup::Labels(_) => kind
+                .store
+                .state()
+                .into_iter()
+                .filter(|o| o.namespace().as_deref() == Some(ns.as_str()))
+                .collect::<Vec<_>>(),
+        };
+        objects
+            .iter()
+            .filter_map(|o| serde_json::to_value(&**o).ok())
+            .collect()
+    };
+    let (scope, lookups) = render::find_existing(rule, scope, candidates)?;
     readers.record(
         &ns,
         &scope.name,
         kind_of.iter().copied().zip(lookups).collect(),
     );
-    Ok(scope.with_existing(rule, found))
+    Ok(scope)
 }
 
 #[cfg(test)]

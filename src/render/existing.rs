@@ -31,7 +31,7 @@ impl Lookup {
 }
 
 /// For each of the rule's `existing`, what to look for (in rule order).
-pub fn lookups(rule: &CompiledRule, scope: &Scope) -> Result<Vec<Lookup>, RenderError> {
+fn lookups(rule: &CompiledRule, scope: &Scope) -> Result<Vec<Lookup>, RenderError> {
     rule.existing
         .iter()
         .map(|e| {
@@ -59,9 +59,31 @@ pub fn lookups(rule: &CompiledRule, scope: &Scope) -> Result<Vec<Lookup>, Render
         .collect()
 }
 
+/// Looks up the rule's existing objects for the resource of `scope`. `candidates(i,
+/// lookup)` gives the objects of `existing[i]`'s kind in the resource's namespace that may
+/// match (the cache's, or a file's). Gives the scope with what was found, and the lookups.
+pub fn find_existing(
+    rule: &CompiledRule,
+    scope: Scope,
+    candidates: impl Fn(usize, &Lookup) -> Vec<Value>,
+) -> Result<(Scope, Vec<Lookup>), RenderError> {
+    if rule.existing.is_empty() {
+        return Ok((scope, Vec::new()));
+    }
+    let lookups = lookups(rule, &scope)?;
+    let found = rule
+        .existing
+        .iter()
+        .zip(&lookups)
+        .enumerate()
+        .map(|(i, (e, lookup))| found(&e.kind, lookup, candidates(i, lookup)))
+        .collect();
+    Ok((scope.with_existing(rule, found), lookups))
+}
+
 /// What was found for `lookup` among `objects` (the existing kind's objects in the
 /// namespace): the object for a name (Err naming it when missing), the sorted list for labels.
-pub fn found(
+fn found(
     kind: &str,
     lookup: &Lookup,
     objects: impl IntoIterator<Item = Value>,

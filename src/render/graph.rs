@@ -113,12 +113,15 @@ impl Walk<'_> {
     /// Whether the `when` of a single child is false before anything is waited for (a
     /// condition that reads other children or existing objects is decided after the gate:
     /// read while they are missing, it would say false and prune the child).
-    fn excluded(&mut self, child: &CompiledChild) -> bool {
+    fn excluded(&self, child: &CompiledChild) -> bool {
         let (Some(w), None, false) = (&child.when, &child.each, child.when_reads_graph) else {
             return false;
         };
-        let ctx = self.context(child);
-        self.rule.program.eval(w, &ctx).is_ok_and(|v| !v.is_true())
+        // It reads no other child: the resource's own variables decide it.
+        self.rule
+            .program
+            .eval(w, &self.scope.ctx)
+            .is_ok_and(|v| !v.is_true())
     }
 
     /// Why `child` cannot be rendered yet, if it cannot.

@@ -13,7 +13,7 @@ mod normalize;
 mod object;
 
 pub use context::{Scope, merge_defaults, scope};
-pub use existing::{Lookup, found, lookups};
+pub use existing::{Lookup, find_existing};
 pub use graph::{Plan, Waiting, render_with};
 pub use normalize::normalize;
 pub use object::{hash_of, render_child};
@@ -121,7 +121,7 @@ pub fn render(rule: &CompiledRule, cr: &Value) -> Result<Vec<Rendered>, RenderEr
 
 /// The API group of an `apiVersion` (empty for the core group).
 pub fn group_of(api_version: &str) -> &str {
-    api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("")
+    crate::rules::kinds::group_version(api_version).0
 }
 
 /// Refuses two rendered children that are one object.

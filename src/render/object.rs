@@ -260,11 +260,8 @@ fn eval_node(
                 }
             })?;
             if v.is_undefined() {
-                if reads_observed(&rule.program.expression_paths(e)) {
-                    return Err(RenderError::Unobserved {
-                        child: id.to_string(),
-                        what: e.source.to_string(),
-                    });
+                if let Some(wait) = unobserved() {
+                    return Err(wait);
                 }
                 return Err(err(
                     &e.at,

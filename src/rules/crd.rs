@@ -178,14 +178,10 @@ mod tests {
     use crate::rules::testing::website;
 
     fn website_crd() -> Vec<Value> {
-        let text = include_str!("../../deploy/crds/websites.sre.example.com.yaml");
-        serde_yaml::Deserializer::from_str(text)
-            .filter_map(|d| Value::deserialize(d).ok())
-            .filter(|v| !v.is_null())
-            .collect()
+        crate::rules::testing::yaml_docs(include_str!(
+            "../../deploy/crds/websites.sre.example.com.yaml"
+        ))
     }
-
-    use serde::Deserialize;
 
     #[test]
     fn the_shipped_rule_reads_only_fields_its_crd_has() {

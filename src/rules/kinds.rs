@@ -1,6 +1,11 @@
 //! What ruleop knows of built-in kinds without a cluster: which exist in each built-in
 //! API version (to catch a misspelled kind) and which are cluster-scoped.
 
+/// `apps/v1` → (`apps`, `v1`); `v1` (the core group) → (``, `v1`).
+pub fn group_version(api_version: &str) -> (&str, &str) {
+    api_version.rsplit_once('/').unwrap_or(("", api_version))
+}
+
 /// Built-in kinds that are cluster-scoped, by (group, kind): refused as children at load.
 /// Kinds from CRDs are checked against discovery when the rule starts.
 const CLUSTER_SCOPED: &[(&str, &str)] = &[

@@ -38,6 +38,15 @@ pub(crate) mod testing {
         rules.remove(0)
     }
 
+    /// The documents of a YAML stream, as JSON.
+    pub fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
+        use serde::Deserialize;
+        serde_yaml::Deserializer::from_str(text)
+            .filter_map(|d| serde_json::Value::deserialize(d).ok())
+            .filter(|v| !v.is_null())
+            .collect()
+    }
+
     /// The shipped WebSite rule.
     pub fn website() -> Arc<CompiledRule> {
         rule(include_str!("../../rules/website.yaml"))

@@ -530,18 +530,12 @@ mod tests {
         assert_eq!(object(&bad, "spec").unwrap_err().len(), 2);
     }
 
-    fn yaml_docs(text: &str) -> Vec<Value> {
-        use serde::Deserialize;
-        serde_yaml::Deserializer::from_str(text)
-            .filter_map(|d| Value::deserialize(d).ok())
-            .filter(|v| !v.is_null())
-            .collect()
-    }
-
     #[test]
     fn the_website_crd_made_from_the_rule_is_the_origins() {
         let rule = crate::rules::testing::website();
-        let origin = yaml_docs(include_str!("../../tests/fixtures/origin/website-crd.yaml"));
+        let origin = crate::rules::testing::yaml_docs(include_str!(
+            "../../tests/fixtures/origin/website-crd.yaml"
+        ));
         assert_eq!(rule.crd.as_ref(), origin.first());
         // Its defaults are the rule's: one place.
         assert_eq!(

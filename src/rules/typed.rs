@@ -227,8 +227,8 @@ impl Check<'_> {
                 format!("text (a template with other text around it) is always a string; `{field}` is a{} {want}", article(want)),
                 "make the scalar exactly one `{{ expr }}`, so it keeps the value's type".into(),
             ),
-            Shape::Map | Shape::List | Shape::Scalar(_) => {
-                let have = match (self.shape)(text) {
+            shape @ (Shape::Map | Shape::List | Shape::Scalar(_)) => {
+                let have = match shape {
                     Shape::Map => "object",
                     Shape::List => "array",
                     Shape::Scalar(t) => t,
@@ -249,16 +249,20 @@ impl Check<'_> {
         }
     }
 
+    /// A mapping or a list (`what`) where the schema wants something else.
+    fn wrong_container(&mut self, what: &str, s: &Value, at: &str, field: &str) {
+        let want = type_of(s).unwrap_or("?");
+        self.push(
+            at,
+            field,
+            format!("{what} where `{field}` is a{} {want}", article(want)),
+            format!("write a{} {want}", article(want)),
+        );
+    }
+
     fn object(&mut self, m: &serde_json::Map<String, Value>, s: &Value, at: &str, field: &str) {
         if !fits(s, "object") {
-            let want = type_of(s).unwrap_or("?");
-            self.push(
-                at,
-                field,
-                format!("a mapping where `{field}` is a{} {want}", article(want)),
-                format!("write a{} {want}", article(want)),
-            );
-            return;
+            return self.wrong_container("a mapping", s, at, field);
         }
         let props = s["properties"].as_object();
         let extra = s.get("additionalProperties").filter(|a| a.is_object());
@@ -340,14 +344,7 @@ impl Check<'_> {
 
     fn array(&mut self, items: &[Value], s: &Value, at: &str, field: &str) {
         if !fits(s, "array") {
-            let want = type_of(s).unwrap_or("?");
-            self.push(
-                at,
-                field,
-                format!("a list where `{field}` is a{} {want}", article(want)),
-                format!("write a{} {want}", article(want)),
-            );
-            return;
+            return self.wrong_container("a list", s, at, field);
         }
         let item_schema = s.get("items").unwrap_or(&Value::Null);
         for (i, v) in items.iter().enumerate() {

@@ -7,7 +7,7 @@ use super::{
     is_identifier, is_label_value,
 };
 use crate::rules::graph::{self, Reads, Reference};
-use crate::rules::kinds::{check_builtin_kind, known_cluster_scoped};
+use crate::rules::kinds::{check_builtin_kind, group_version, known_cluster_scoped};
 use crate::rules::program::Program;
 use crate::rules::spec::{ChildSpec, ExistingSpec, RuleSpec};
 use crate::rules::typed::{self, Shape};
@@ -87,7 +87,7 @@ impl Compiler<'_> {
 
 /// Refuses an unknown or cluster-scoped built-in kind.
 fn check_kind(c: &mut Compiler<'_>, path: &str, id: &str, api_version: &str, kind: &str) {
-    let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+    let group = group_version(api_version).0;
     if let Err(kinds) = check_builtin_kind(api_version, kind) {
         let close = kinds
             .iter()
@@ -233,7 +233,7 @@ pub(super) fn check_same_names(c: &mut Compiler<'_>, spec: &RuleSpec) {
         let group = t
             .get("apiVersion")
             .and_then(Value::as_str)
-            .map(|v| v.rsplit_once('/').map(|(g, _)| g).unwrap_or(""))?;
+            .map(|v| group_version(v).0)?;
         let kind = t.get("kind").and_then(Value::as_str)?;
         let name = t.pointer("/metadata/name").and_then(Value::as_str)?;
         Some((group.to_string(), kind.to_string(), name.trim().to_string()))

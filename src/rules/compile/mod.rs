@@ -5,6 +5,7 @@
 use super::error::{LoadError, Location, RuleProblem};
 use super::graph::Reads;
 use super::helpers;
+use super::kinds::group_version;
 use super::lines::LineIndex;
 use super::program::{self, ExprRef, Program, TextRef};
 use super::spec::{DeletionPolicy, FieldType, RuleSpec, WatchSpec};
@@ -95,33 +96,16 @@ pub enum Find {
 }
 
 impl CompiledExisting {
+    /// The API group of its kind (empty for the core group).
     pub fn group(&self) -> &str {
-        self.api_version
-            .rsplit_once('/')
-            .map(|(g, _)| g)
-            .unwrap_or("")
-    }
-    pub fn version(&self) -> &str {
-        self.api_version
-            .rsplit_once('/')
-            .map(|(_, v)| v)
-            .unwrap_or(&self.api_version)
+        group_version(&self.api_version).0
     }
 }
 
 impl CompiledChild {
     /// The API group of the child's kind (empty for the core group).
     pub fn group(&self) -> &str {
-        self.api_version
-            .rsplit_once('/')
-            .map(|(g, _)| g)
-            .unwrap_or("")
-    }
-    pub fn version(&self) -> &str {
-        self.api_version
-            .rsplit_once('/')
-            .map(|(_, v)| v)
-            .unwrap_or(&self.api_version)
+        group_version(&self.api_version).0
     }
 }
 
