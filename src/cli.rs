@@ -234,12 +234,7 @@ fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     }
     let crds = read_crds(&args.crd)?;
     for r in &loaded {
-        // The rule's own schema, or a CRD given for its kind.
-        let own = r
-            .crd
-            .as_ref()
-            .map(|c| &c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]);
-        match rules::crd::schema_for(r, &crds).or(own) {
+        match rules::crd::schema_of(r, &crds) {
             Some(schema) => errors.extend(rules::crd::check_spec_fields(r, schema)),
             None if crds.is_empty() => {}
             None => eprintln!(
@@ -450,7 +445,7 @@ fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
-        if args.strict && !strict_ok(&plan.children) {
+        if args.strict && !(resource_ok(rule, cr, &crds) & strict_ok(&plan.children)) {
             failed = true;
             continue;
         }
@@ -483,6 +478,17 @@ fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Checks the custom resource (with its defaults) against its kind's schema, as the API
+/// server would when it is created; prints what is wrong.
+fn resource_ok(rule: &CompiledRule, cr: &Value, crds: &[Value]) -> bool {
+    let Some(schema) = rules::crd::schema_of(rule, crds) else {
+        return true;
+    };
+    let name = cr["metadata"]["name"].as_str().unwrap_or("?");
+    let what = format!("resource `{name}` ({})", cr["kind"].as_str().unwrap_or("?"));
+    report_findings(&what, rules::typed::check_object(cr, schema))
+}
+
 /// Checks rendered objects against their kinds' schemas; prints what is wrong.
 fn strict_ok(children: &[Rendered]) -> bool {
     let mut ok = true;
@@ -492,30 +498,23 @@ fn strict_ok(children: &[Rendered]) -> bool {
         else {
             continue;
         };
-        let literal = |_: &str| rules::typed::Shape::Literal;
-        let mut check = rules::typed::Check {
-            shape: &literal,
-            out: Vec::new(),
-        };
-        check.value(&c.object, schema, "", "");
-        for f in check.out {
-            ok = false;
-            eprintln!(
-                "error: child `{}` ({} {}): {}: {}\n  fix: {}",
-                c.instance(),
-                c.kind,
-                c.name,
-                if f.field.is_empty() {
-                    "object"
-                } else {
-                    &f.field
-                },
-                f.problem,
-                f.fix
-            );
-        }
+        let what = format!("child `{}` ({} {})", c.instance(), c.kind, c.name);
+        ok &= report_findings(&what, rules::typed::check_object(&c.object, schema));
     }
     ok
+}
+
+/// Prints each finding about `what`; whether there were none.
+fn report_findings(what: &str, findings: Vec<rules::typed::Finding>) -> bool {
+    for f in &findings {
+        let field = if f.field.is_empty() {
+            "object"
+        } else {
+            &f.field
+        };
+        eprintln!("error: {what}: {field}: {}\n  fix: {}", f.problem, f.fix);
+    }
+    findings.is_empty()
 }
 
 /// The live object of a rendered child among `live`, by apiVersion, kind and name.

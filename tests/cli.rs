@@ -343,6 +343,31 @@ fn render_strict_checks_the_resources_values_too() {
 }
 
 #[test]
+fn render_strict_checks_the_resource_against_the_rules_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let cr = dir.path().join("cr.yaml");
+    std::fs::write(
+        &cr,
+        "apiVersion: sre.example.com/v1alpha1\nkind: WebSite\nmetadata: {name: w, namespace: n}\nspec: {image: nginx, serviceType: ClusterIp, prot: 80}\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = ruleop(&[
+        "render",
+        "--strict",
+        "--rules",
+        "rules/website.yaml",
+        cr.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    for want in [
+        "resource `w` (WebSite): spec.prot: unknown field `prot`\n  fix: did you mean `port`?",
+        "resource `w` (WebSite): spec.serviceType: \"ClusterIp\" is not an allowed value of `spec.serviceType`\n  fix: did you mean `ClusterIP`?",
+    ] {
+        assert!(stderr.contains(want), "{want}\n---\n{stderr}");
+    }
+}
+
+#[test]
 fn render_with_the_crd_applies_its_defaults_first() {
     let dir = tempfile::tempdir().unwrap();
     // The rule without its schema (so without defaults): only the CRD's can fill

@@ -20,6 +20,15 @@ pub fn schema_for<'a>(rule: &CompiledRule, crds: &'a [Value]) -> Option<&'a Valu
         .map(|v| &v["schema"]["openAPIV3Schema"])
 }
 
+/// The schema of the rule's kind: from a CRD given for it, or else from the rule's own `schema`.
+pub fn schema_of<'a>(rule: &'a CompiledRule, crds: &'a [Value]) -> Option<&'a Value> {
+    let own = rule
+        .crd
+        .as_ref()
+        .map(|c| &c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]);
+    schema_for(rule, crds).or(own)
+}
+
 /// Every expression and text of the rule, with the child it belongs to.
 fn sources(rule: &CompiledRule) -> Vec<(Vec<String>, usize, Option<String>)> {
     let mut out = Vec::new();

@@ -84,6 +84,14 @@ fn type_schema(ty: &str) -> Result<Value, String> {
     }
     match ty {
         "string" | "integer" | "number" | "boolean" => Ok(json!({"type": ty})),
+        // A port or a percentage: the API server takes either (`targetPort`, `maxSurge`).
+        "int-or-string" => Ok(int_or_string()),
+        // A resource quantity (`1Gi`, `500m`, `2`), as Kubernetes writes its schema.
+        "quantity" => {
+            let mut s = int_or_string();
+            s["pattern"] = json!(QUANTITY);
+            Ok(s)
+        }
         "object" => Ok(json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})),
         // A list of anything (a status field `type: array` with no `schema` line).
         "array" => {
@@ -91,6 +99,13 @@ fn type_schema(ty: &str) -> Result<Value, String> {
         }
         other => Err(format!("unknown type {other:?}")),
     }
+}
+
+/// The pattern of a Kubernetes resource quantity (as CRDs generated for `resource.Quantity` carry).
+pub const QUANTITY: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+
+fn int_or_string() -> Value {
+    json!({"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": true})
 }
 
 /// A marker value as YAML (`2` a number, `true` a boolean, `[]` a list, else a string).
@@ -170,11 +185,30 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
             }
             "pattern" | "format" | "description" => schema[key.as_str()] = Value::String(value),
             "nullable" => schema["nullable"] = Value::Bool(value == "true"),
+            // CEL on this field (`self` is its value); each `rule=` is one validation,
+            // and a `message=` after it is that validation's message.
+            "rule" => {
+                let list = schema["x-kubernetes-validations"].as_array().cloned();
+                let mut list = list.unwrap_or_default();
+                list.push(json!({"rule": value}));
+                schema["x-kubernetes-validations"] = Value::Array(list);
+            }
+            "message" => match schema["x-kubernetes-validations"]
+                .as_array_mut()
+                .and_then(|l| l.last_mut())
+            {
+                Some(last) if last.get("message").is_none() => last["message"] = json!(value),
+                _ => {
+                    return Err(bad(
+                        "`message=` belongs to the `rule=` just before it".into()
+                    ));
+                }
+            },
             other => {
                 return Err(problem(
                     path,
                     format!("unknown marker `{other}`"),
-                    "use one of: required, default, enum, minimum, maximum, minLength, maxLength, minItems, maxItems, pattern, format, description, nullable",
+                    "use one of: required, default, enum, minimum, maximum, minLength, maxLength, minItems, maxItems, pattern, format, description, nullable, rule, message",
                 ));
             }
         }
@@ -192,7 +226,7 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
 }
 
 /// Why `v` is not a value `schema` allows (its enum and bounds), if it is not.
-fn outside(schema: &Value, v: &Value) -> Option<String> {
+pub(crate) fn outside(schema: &Value, v: &Value) -> Option<String> {
     if let Some(e) = schema["enum"].as_array()
         && !e.contains(v)
     {
@@ -211,10 +245,15 @@ fn outside(schema: &Value, v: &Value) -> Option<String> {
         ("minItems", len.filter(|_| v.is_array()), true),
         ("maxItems", len.filter(|_| v.is_array()), false),
     ];
-    checks.into_iter().find_map(|(k, have, low)| {
+    let bound = checks.into_iter().find_map(|(k, have, low)| {
         let (have, bound) = (have?, n(k)?);
         let bad = if low { have < bound } else { have > bound };
         bad.then(|| format!("is outside `{k}={}`", schema[k]))
+    });
+    bound.or_else(|| {
+        let (text, pattern) = (v.as_str()?, schema["pattern"].as_str()?);
+        let re = regex::Regex::new(pattern).ok()?;
+        (!re.is_match(text)).then(|| format!("does not match `pattern={pattern}`"))
     })
 }
 
@@ -588,5 +627,32 @@ mod tests {
         );
         assert!(root["properties"]["status"]["properties"]["conditions"].is_object());
         assert_eq!(v["subresources"], json!({"status": {}}));
+    }
+
+    #[test]
+    fn int_or_string_quantity_and_per_field_cel() {
+        let (s, _) = field("int-or-string | default=25%", "spec.maxSurge").unwrap();
+        assert_eq!(
+            s,
+            json!({"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": true, "default": "25%"})
+        );
+        let (s, _) = field("quantity | default=1Gi", "spec.storage").unwrap();
+        assert_eq!(s["pattern"], QUANTITY);
+        assert_eq!(s["default"], "1Gi");
+        let e = field("quantity | default=lots", "spec.storage").unwrap_err();
+        assert!(e.problem.contains("does not match `pattern="), "{e:?}");
+        let (s, _) = field(
+            r#"string | rule="self.startsWith('db-')" message="starts with db-" rule="size(self) < 20""#,
+            "spec.db",
+        )
+        .unwrap();
+        assert_eq!(
+            s["x-kubernetes-validations"],
+            json!([{"rule": "self.startsWith('db-')", "message": "starts with db-"}, {"rule": "size(self) < 20"}])
+        );
+        let e = field("string | message=alone", "spec.db").unwrap_err();
+        assert!(e.problem.contains("belongs to the `rule=`"), "{e:?}");
+        let e = field("string | pattern=^[a-z]+$ default=ABC", "spec.db").unwrap_err();
+        assert!(e.problem.contains("does not match"), "{e:?}");
     }
 }

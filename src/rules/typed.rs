@@ -214,6 +214,20 @@ impl Check<'_> {
                 format!("{v} is not an allowed value of `{field}`"),
                 fix,
             );
+            return;
+        }
+        self.bounds(v, s, at, field);
+    }
+
+    /// A value outside the field's bounds or pattern (`minimum`, `maxLength`, `maxItems`…).
+    fn bounds(&mut self, v: &Value, s: &Value, at: &str, field: &str) {
+        if let Some(why) = super::schema::outside(s, v) {
+            self.push(
+                at,
+                field,
+                format!("{v} {why}"),
+                format!("give `{field}` a value the schema allows"),
+            );
         }
     }
 
@@ -346,6 +360,19 @@ impl Check<'_> {
         if !fits(s, "array") {
             return self.wrong_container("a list", s, at, field);
         }
+        // The count of a list (not one with repeated entries: its length is not known).
+        if !items.iter().any(|v| v.get("forEach").is_some()) {
+            let count = Value::Array(vec![Value::Null; items.len()]);
+            let sized = serde_json::json!({"minItems": s["minItems"], "maxItems": s["maxItems"]});
+            if let Some(why) = super::schema::outside(&sized, &count) {
+                self.push(
+                    at,
+                    field,
+                    format!("{} items {why}", items.len()),
+                    format!("give `{field}` a count the schema allows"),
+                );
+            }
+        }
         let item_schema = s.get("items").unwrap_or(&Value::Null);
         for (i, v) in items.iter().enumerate() {
             let sub_at = format!("{at}[{i}]");
@@ -365,6 +392,17 @@ impl Check<'_> {
             }
         }
     }
+}
+
+/// The findings about a whole object (rendered, or a custom resource) against `schema`.
+pub fn check_object(obj: &Value, schema: &Value) -> Vec<Finding> {
+    let literal = |_: &str| Shape::Literal;
+    let mut check = Check {
+        shape: &literal,
+        out: Vec::new(),
+    };
+    check.value(obj, schema, "", "");
+    check.out
 }
 
 fn article(word: &str) -> &'static str {
@@ -481,5 +519,40 @@ mod tests {
             "{found:#?}"
         );
         assert_eq!(found.len(), 7, "{found:#?}");
+    }
+
+    #[test]
+    fn a_resource_is_checked_against_its_bounds_and_patterns() {
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "size": {"type": "integer", "minimum": 1, "maximum": 9},
+            "name": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5},
+            "hosts": {"type": "array", "maxItems": 1, "items": {"type": "string"}},
+            "storage": {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": true}}}}});
+        let good = json!({"apiVersion": "x/v1", "kind": "C", "metadata": {"name": "a"},
+            "spec": {"size": 3, "name": "abc", "hosts": ["a"], "storage": "1Gi"}});
+        assert_eq!(check_object(&good, &schema), vec![]);
+        let bad =
+            json!({"spec": {"size": 0, "name": "ABCDEFG", "hosts": ["a", "b"], "storage": 2}});
+        let found: Vec<(String, String)> = check_object(&bad, &schema)
+            .into_iter()
+            .map(|f| (f.field, f.problem))
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                (
+                    "spec.hosts".to_string(),
+                    "2 items is outside `maxItems=1`".to_string()
+                ),
+                (
+                    "spec.name".to_string(),
+                    "\"ABCDEFG\" is outside `maxLength=5`".to_string()
+                ),
+                (
+                    "spec.size".to_string(),
+                    "0 is outside `minimum=1`".to_string()
+                ),
+            ]
+        );
     }
 }
