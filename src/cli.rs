@@ -132,8 +132,9 @@ struct CheckArgs {
     /// be a field of its CRD (or of the rule's `defaults`).
     #[arg(long)]
     crd: Vec<PathBuf>,
-    /// Also compare each rule's CRD (from its `schema`) with the one the cluster (current
-    /// kubeconfig) serves: a change that would break stored resources is an error.
+    /// Also check against the cluster (current kubeconfig): each rule's CRD (from its
+    /// `schema`) compared with the one it serves (a change that would break stored
+    /// resources is an error), and children of CRD kinds against its `/openapi/v3`.
     #[arg(long)]
     against_cluster: bool,
 }
@@ -201,15 +202,25 @@ fn print_errors(errors: &[LoadError]) {
     }
 }
 
-/// Each rule's CRD compared with the one the cluster serves: a breaking change is an error.
-fn check_against_cluster(loaded: &[Arc<CompiledRule>]) -> anyhow::Result<Vec<LoadError>> {
+/// The rules loaded against what the cluster (current kubeconfig) serves: children of
+/// kinds neither built in nor given with `--crd` are checked against the schemas of its
+/// `/openapi/v3`, and each rule's CRD is compared with the one it serves (a breaking
+/// change is an error).
+fn load_against_cluster(
+    paths: &[PathBuf],
+    given: &[Value],
+) -> anyhow::Result<(Vec<Arc<CompiledRule>>, Vec<LoadError>)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
         let client = kube::Client::try_default().await?;
-        let mut errors = Vec::new();
-        for rule in loaded {
+        let (loaded, _) = rules::load_paths(paths);
+        let unknown = unknown_child_kinds(&loaded);
+        let served = crate::controller::openapi::schemas(&client, &unknown).await?;
+        rules::typed::use_crds(&[given, &served].concat());
+        let (loaded, mut errors) = rules::load_paths(paths);
+        for rule in &loaded {
             let Some(crd) = &rule.crd else { continue };
             for b in crate::controller::crds::against_cluster(&client, crd).await? {
                 errors.push(LoadError::Rule(Box::new(rules::error::RuleProblem {
@@ -221,18 +232,32 @@ fn check_against_cluster(loaded: &[Arc<CompiledRule>]) -> anyhow::Result<Vec<Loa
                 })));
             }
         }
-        Ok(errors)
+        Ok((loaded, errors))
     })
+}
+
+/// The (apiVersion, kind) of children whose schema is neither shipped nor given.
+fn unknown_child_kinds(loaded: &[Arc<CompiledRule>]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = loaded
+        .iter()
+        .flat_map(|r| r.children.iter())
+        .filter(|c| rules::typed::builtin(&c.api_version, &c.kind).is_none())
+        .filter(|c| rules::typed::from_crds(&c.api_version, &c.kind).is_none())
+        .map(|c| (c.api_version.clone(), c.kind.clone()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     // Children of the CRDs' kinds are checked against their schemas too.
-    rules::typed::use_crds(&read_crds(&args.crd)?);
-    let (loaded, mut errors) = rules::load_paths(&args.rules);
-    if args.against_cluster {
-        errors.extend(check_against_cluster(&loaded)?);
-    }
     let crds = read_crds(&args.crd)?;
+    rules::typed::use_crds(&crds);
+    let (loaded, mut errors) = match args.against_cluster {
+        true => load_against_cluster(&args.rules, &crds)?,
+        false => rules::load_paths(&args.rules),
+    };
     for r in &loaded {
         match rules::crd::schema_of(r, &crds) {
             Some(schema) => errors.extend(rules::crd::check_spec_fields(r, schema)),

@@ -110,3 +110,79 @@ async fn install_crds_creates_applies_additive_changes_and_refuses_breaking_ones
     common::delete_namespace(&ns);
     let _ = kubectl(&["delete", "crd", CRD, "--wait=false"], None);
 }
+
+/// Runs the ruleop command line against the test cluster: (exit code, stdout, stderr).
+fn ruleop(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("running ruleop");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn check_against_cluster_checks_children_of_crd_kinds_against_what_it_serves() {
+    const WIDGETS: &str = "widgets.openapi.ruleop.dev";
+    let _ = kubectl(
+        &[
+            "delete",
+            "crd",
+            WIDGETS,
+            "--ignore-not-found",
+            "--wait=true",
+        ],
+        None,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    // The Widget kind, installed from its rule's schema as GitOps would (`ruleop crd`).
+    let widget = dir.path().join("widget.yaml");
+    std::fs::write(
+        &widget,
+        "name: widget\nwatch: {group: openapi.ruleop.dev, version: v1, resource: widgets}\nschema:\n  kind: Widget\n  spec:\n    size: integer | default=1\n    color: string | enum=red,blue default=red\n",
+    )
+    .unwrap();
+    let (code, crd, err) = ruleop(&["crd", "--rules", widget.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    kubectl_ok(&["apply", "-f", "-"], Some(&crd));
+    // A rule whose child is a Widget, with three mistakes the shipped schemas cannot see.
+    let maker = dir.path().join("maker.yaml");
+    std::fs::write(
+        &maker,
+        "name: maker\nwatch: {group: openapi.ruleop.dev, version: v1, resource: makers}\nchildren:\n  - id: widget\n    template:\n      apiVersion: openapi.ruleop.dev/v1\n      kind: Widget\n      metadata: {name: \"{{ name }}\"}\n      spec:\n        size: \"3\"\n        colour: red\n        color: green\n",
+    )
+    .unwrap();
+    let (code, _, err) = ruleop(&["check", "--rules", maker.to_str().unwrap()]);
+    assert_eq!(code, 0, "offline, a CRD kind's fields pass: {err}");
+    // The API server publishes a new CRD's schema within seconds.
+    let err = eventually(
+        Duration::from_secs(60),
+        "checked against /openapi/v3",
+        || async {
+            let (code, _, err) = ruleop(&[
+                "check",
+                "--against-cluster",
+                "--rules",
+                maker.to_str().unwrap(),
+            ]);
+            (code == 1 && err.contains("colour")).then_some(err)
+        },
+    )
+    .await;
+    for (line, want) in [
+        (10, "\"3\" is a string; `spec.size` is an integer"),
+        (11, "unknown field `colour`"),
+        (12, "\"green\" is not an allowed value of `spec.color`"),
+    ] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains(&format!("maker.yaml:{line}")) && l.contains(want)),
+            "line {line}: {want}\n---\n{err}"
+        );
+    }
+    let _ = kubectl(&["delete", "crd", WIDGETS, "--wait=false"], None);
+}

@@ -141,3 +141,58 @@ pub async fn install(
         Installed::Applied
     })
 }
+
+/// How long to wait before trying again after `failure`, the `attempt`-th in a row: an
+/// API error backs off from 1 s, doubling, to 5 min; a refused change is looked at again
+/// every 5 min (the stored resources may have been migrated since).
+pub fn retry_after(failure: &CrdError, attempt: u32) -> std::time::Duration {
+    const MAX: u64 = 300;
+    let secs = match failure {
+        CrdError::Breaking { .. } => MAX,
+        _ => 2u64.saturating_pow(attempt.min(16)).min(MAX),
+    };
+    std::time::Duration::from_secs(secs)
+}
+
+/// Installs the rule's CRD, trying again while it fails (see [`retry_after`]). Each
+/// failure unlike the one before is reported once through `failed`; runs until done, or
+/// until dropped with its rule.
+pub async fn keep_installing(
+    client: Client,
+    rule: std::sync::Arc<CompiledRule>,
+    fence: std::sync::Arc<Fence>,
+    failed: impl Fn(&CrdError),
+) {
+    let mut last = None;
+    for attempt in 0.. {
+        let e = match install(&client, &rule, &fence).await {
+            Ok(_) => return,
+            Err(e) => e,
+        };
+        let text = e.to_string();
+        if last.as_ref() != Some(&text) {
+            failed(&e);
+            last = Some(text);
+        }
+        tokio::time::sleep(retry_after(&e, attempt)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn an_error_backs_off_doubling_and_a_refusal_waits_five_minutes() {
+        let api = CrdError::NotLeader;
+        let waits: Vec<u64> = (0..12).map(|n| retry_after(&api, n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+        let refused = CrdError::Breaking {
+            name: "x".into(),
+            changes: Vec::new(),
+        };
+        assert_eq!(retry_after(&refused, 0), Duration::from_secs(300));
+        assert_eq!(retry_after(&api, u32::MAX), Duration::from_secs(300));
+    }
+}

@@ -10,6 +10,7 @@ pub mod events;
 pub mod existing;
 pub mod inventory;
 pub mod leader;
+pub mod openapi;
 pub mod owners;
 pub mod reconcile;
 pub mod relist;

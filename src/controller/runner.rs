@@ -352,19 +352,23 @@ async fn run(
     synced: Arc<AtomicBool>,
     retired: Vec<inventory::Made>,
 ) {
-    if opts.install_crds {
-        match super::crds::install(&client, &rule, &opts.fence).await {
-            Ok(_) => {}
-            Err(e) => {
-                let category = match e {
-                    super::crds::CrdError::Breaking { .. } => "crd_refused",
-                    _ => "crd_error",
-                };
-                opts.metrics.error(&rule.name, category);
-                tracing::error!(error = %e, "CRD not installed");
-            }
-        }
-    }
+    // The CRD is installed beside the rule, tried again while it fails; the rule runs
+    // against the CRD the cluster serves meanwhile.
+    let _install = opts.install_crds.then(|| {
+        let metrics = opts.metrics.clone();
+        let name = rule.name.clone();
+        let failed = move |e: &super::crds::CrdError| {
+            let category = match e {
+                super::crds::CrdError::Breaking { .. } => "crd_refused",
+                _ => "crd_error",
+            };
+            metrics.error(&name, category);
+            tracing::error!(error = %e, "CRD not installed");
+        };
+        let install =
+            super::crds::keep_installing(client.clone(), rule.clone(), opts.fence.clone(), failed);
+        AbortOnDrop(tokio::spawn(install))
+    });
     let w = &rule.watch;
     let what = format!("{}/{} {}", w.group, w.version, w.resource);
     let Some(parent) = wait_for(&what, opts.discovery_retry, &stop, || {
