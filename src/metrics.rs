@@ -42,6 +42,10 @@ pub struct Metrics {
     pub rule_load_errors: Gauge,
     pub rules_running: Gauge,
     pub leader: Gauge,
+    /// Requests sent to the API server (after the client's rate limiter).
+    pub client_requests: Counter,
+    /// Seconds requests spent waiting for the client's rate limiter.
+    pub limiter_wait: Counter<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -59,6 +63,18 @@ impl Default for Metrics {
         let rule_load_errors = Gauge::default();
         let rules_running = Gauge::default();
         let leader = Gauge::default();
+        let client_requests = Counter::default();
+        let limiter_wait = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "client_requests",
+            "Requests sent to the API server",
+            client_requests.clone(),
+        );
+        registry.register(
+            "client_rate_limiter_wait_seconds",
+            "Seconds requests spent waiting for the client-side rate limiter (--qps, --burst)",
+            limiter_wait.clone(),
+        );
         registry.register("reconciles", "Reconciles run, per rule", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -117,6 +133,8 @@ impl Default for Metrics {
             rule_load_errors,
             rules_running,
             leader,
+            client_requests,
+            limiter_wait,
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod events;
 pub mod existing;
 pub mod inventory;
 pub mod leader;
+pub mod limiter;
 pub mod openapi;
 pub mod owners;
 pub mod reconcile;
@@ -37,9 +38,16 @@ pub struct RunArgs {
     /// A rules file or directory (repeat for more). Watched: edits apply without a restart.
     #[arg(long, required = true)]
     pub rules: Vec<PathBuf>,
-    /// Reconciles running at once, per rule.
-    #[arg(long, default_value_t = 32)]
+    /// Reconciles running at once, per rule (at least 1).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
+    /// Requests per second to the API server, on average (client-side token bucket,
+    /// as client-go's); 0 turns the limit off.
+    #[arg(long, default_value_t = 1000.0)]
+    pub qps: f64,
+    /// Requests that may go at once above `--qps` (the bucket's size).
+    #[arg(long, default_value_t = 2000)]
+    pub burst: u32,
     /// Seconds between checks of a healthy custom resource with no event.
     #[arg(long, default_value_t = 600)]
     pub resync_seconds: u64,
@@ -123,7 +131,12 @@ pub enum RunError {
 /// A client whose reads time out a little after the server should have ended a watch:
 /// a request on a silently stalled connection (an apply, a list) fails and is retried
 /// instead of hanging forever. (Watches have kube's own idle timeout, just under this.)
-async fn client(watch_timeout: u32, identity: &str) -> Result<kube::Client, RunError> {
+/// Every request goes through the rate limiter, when there is one.
+async fn client(
+    watch_timeout: u32,
+    identity: &str,
+    limiter: Option<Arc<limiter::Limiter>>,
+) -> Result<kube::Client, RunError> {
     let mut config = kube::Config::infer()
         .await
         .map_err(|e| RunError::Client(kube::Error::InferConfig(e)))?;
@@ -136,7 +149,15 @@ async fn client(watch_timeout: u32, identity: &str) -> Result<kube::Client, RunE
     )) {
         config.headers.push((http::header::USER_AGENT, agent));
     }
-    kube::Client::try_from(config).map_err(RunError::Client)
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(RunError::Client)?;
+    Ok(match limiter {
+        Some(l) => builder.with_layer(&limiter::LimitLayer(l)).build(),
+        None => builder.build(),
+    })
+}
+
+async fn client_unlimited(args: &RunArgs, me: &str) -> Result<kube::Client, RunError> {
+    client(args.watch_timeout_seconds, me, None).await
 }
 
 fn identity(args: &RunArgs) -> String {
@@ -194,7 +215,11 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let (_watcher, mut changes) = reload::watch(book.paths()).map_err(RunError::Watch)?;
 
     let me = identity(&args);
-    let client = client(args.watch_timeout_seconds, &me).await?;
+    let limiter = limiter::Limiter::new(args.qps, args.burst, metrics.clone());
+    let client = client(args.watch_timeout_seconds, &me, limiter).await?;
+    // The Lease is renewed outside the limiter: a busy leader must not lose its Lease
+    // waiting behind its own writes.
+    let election_client = client_unlimited(&args, &me).await?;
     let addr = admin::serve(args.admin_addr, metrics.clone(), health.clone())
         .await
         .map_err(|source| RunError::Admin {
@@ -225,7 +250,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     }
     let election = lease.as_ref().map(|cfg| {
         tracing::info!(lease = %cfg.name, namespace = %cfg.namespace, identity = %me, renew_deadline_ms = cfg.renew_deadline.as_millis() as u64, "campaigning for leadership");
-        Election::start(client.clone(), cfg.clone())
+        Election::start(election_client.clone(), cfg.clone())
     });
     let fence = election.as_ref().map_or_else(Fence::open, Election::fence);
     let opts = Options {

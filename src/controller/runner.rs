@@ -344,6 +344,12 @@ fn existing_watch(
     (stream, store)
 }
 
+/// The controller's settings: at most `concurrency` reconciles of the rule at once (and
+/// never two of one resource).
+fn controller_config(concurrency: u16) -> Config {
+    Config::default().concurrency(concurrency)
+}
+
 async fn run(
     client: Client,
     rule: Arc<CompiledRule>,
@@ -447,7 +453,7 @@ async fn run(
         parent_reader.clone(),
         parent.resource.clone(),
     )
-    .with_config(Config::default().concurrency(opts.concurrency))
+    .with_config(controller_config(opts.concurrency))
     .trigger_backoff(BriefPause)
     .graceful_shutdown_on(stopped(stop.clone()));
 
@@ -557,6 +563,50 @@ mod tests {
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "n"}
         }))
         .unwrap()
+    }
+
+    #[tokio::test]
+    async fn no_more_reconciles_run_at_once_than_the_bound() {
+        use kube::runtime::controller::Action;
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let mut writer = Writer::<DynamicObject>::new(ar.clone());
+        let objects: Vec<DynamicObject> = (0..24).map(|i| cm(&format!("c{i}"))).collect();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for o in &objects {
+            writer.apply_watcher_event(&watcher::Event::InitApply(o.clone()));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        // A trigger stream that stays open, as a watch does (the controller ends with it).
+        let trigger = futures::stream::iter(objects.into_iter().map(Ok::<_, watcher::Error>))
+            .chain(futures::stream::pending());
+        // (running now, most at once)
+        let counts = Arc::new(Mutex::new((0usize, 0usize)));
+        let reconcile = |_: Arc<DynamicObject>, c: Arc<Mutex<(usize, usize)>>| async move {
+            {
+                let mut c = c.lock().unwrap();
+                c.0 += 1;
+                c.1 = c.1.max(c.0);
+            }
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            c.lock().unwrap().0 -= 1;
+            Ok::<_, std::convert::Infallible>(Action::await_change())
+        };
+        let done = Controller::for_stream_with(trigger, writer.as_reader(), ar)
+            .with_config(controller_config(5))
+            .run(
+                reconcile,
+                |_, _: &std::convert::Infallible, _| Action::await_change(),
+                counts.clone(),
+            )
+            .take(24)
+            .count()
+            .await;
+        assert_eq!(done, 24);
+        assert_eq!(
+            counts.lock().unwrap().1,
+            5,
+            "at most 5 at once, and the bound was reached"
+        );
     }
 
     #[test]
