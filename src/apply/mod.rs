@@ -17,7 +17,7 @@ pub use compare::{is_subset, project};
 pub use fence::Fence;
 pub use ownership::{AdoptPolicy, Verdict, judge};
 pub use write::{
-    Claim, Outcome, apply, create, has_create_entry, slim_managed_fields, write_child,
+    Claim, Outcome, apply, create, has_create_entry, slim, slim_managed_fields, write_child,
 };
 
 use crate::render::{HASH_ANNOTATION, Rendered};

@@ -65,9 +65,27 @@ pub fn has_create_entry(live: &Value) -> bool {
         .is_some_and(|m| m.iter().any(|e| adopt::is_create_entry(e, FIELD_MANAGER)))
 }
 
+/// The annotation `kubectl apply` leaves: a copy of the whole object as last applied.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+fn drop_last_applied(o: &mut DynamicObject) {
+    if let Some(a) = o.metadata.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+}
+
+/// What the watch cache keeps of an object ruleop does not write (a custom resource, an
+/// existing object): no managedFields, no last-applied copy.
+pub fn slim(o: &mut DynamicObject) {
+    o.metadata.managed_fields = None;
+    drop_last_applied(o);
+}
+
 /// What the watch cache keeps of an object's managedFields: only ruleop's `Update`
 /// entry, without its fields (a marker for [`has_create_entry`]); the rest is memory.
+/// `kubectl apply`'s copy of the object (its last-applied annotation) is dropped too.
 pub fn slim_managed_fields(o: &mut DynamicObject) {
+    drop_last_applied(o);
     o.metadata.managed_fields = o.metadata.managed_fields.take().and_then(|m| {
         let kept: Vec<_> = m
             .into_iter()

@@ -1,24 +1,73 @@
-//! Events are best-effort and never hold up a reconcile. Each rule's Events go through a
-//! bounded queue to one publishing task (as client-go's event broadcaster does): a reconcile
-//! only enqueues; under a storm the queue fills and further Events are dropped and
-//! counted (`ruleop_events_dropped_total`), instead of piling up one task per Event and
-//! competing with the writes that make resources converge.
+//! Events are best-effort and never hold up a reconcile. Each rule's Events go through one
+//! queue to one publishing task (as client-go's event broadcaster does): a reconcile only
+//! enqueues. When thousands of resources change at once, every resource still gets its
+//! Events, late rather than never: the queue holds up to [`QUEUE_CAPACITY`] distinct
+//! Events per rule, and an Event identical to one still waiting (same object, type,
+//! reason and note) is folded into it instead of queued twice (the Recorder then counts a
+//! repeat as a series, one write). Only beyond that capacity are Events dropped, and
+//! counted (`ruleop_events_dropped_total`). One publisher per rule sends one Event at a
+//! time, so Events take a small share of the client's rate limit.
 
 use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, Recorder};
+use kube::runtime::events::{Event, EventType, Recorder};
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
-use std::sync::Arc;
-use tokio::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
 
-/// Events waiting to be published, per rule.
-pub const QUEUE_CAPACITY: usize = 1024;
+/// Distinct Events waiting to be published, per rule (room for every resource of a large
+/// kind to have one or two waiting: about 0.5 KiB each).
+pub const QUEUE_CAPACITY: usize = 16384;
+
+/// What makes two Events the same: the object, the type, the reason and the note.
+type Key = (String, bool, String, String);
+
+fn key(ev: &Event, reference: &ObjectReference) -> Key {
+    let object = reference.uid.clone().unwrap_or_else(|| {
+        format!(
+            "{}/{}/{}",
+            reference.kind.as_deref().unwrap_or_default(),
+            reference.namespace.as_deref().unwrap_or_default(),
+            reference.name.as_deref().unwrap_or_default()
+        )
+    });
+    let warning = matches!(ev.type_, EventType::Warning);
+    (
+        object,
+        warning,
+        ev.reason.clone(),
+        ev.note.clone().unwrap_or_default(),
+    )
+}
+
+#[derive(Default)]
+struct Pending {
+    queue: VecDeque<(Event, ObjectReference)>,
+    keys: HashSet<Key>,
+    closed: bool,
+}
+
+struct Shared {
+    pending: Mutex<Pending>,
+    wake: Notify,
+    capacity: usize,
+}
 
 /// The sending side; the publishing task ends when it is dropped.
 pub struct EventQueue {
-    tx: mpsc::Sender<(Event, ObjectReference)>,
+    shared: Arc<Shared>,
     metrics: Arc<Metrics>,
     rule: String,
+}
+
+impl Drop for EventQueue {
+    fn drop(&mut self) {
+        if let Ok(mut p) = self.shared.pending.lock() {
+            p.closed = true;
+        }
+        self.shared.wake.notify_one();
+    }
 }
 
 impl EventQueue {
@@ -56,22 +105,61 @@ impl EventQueue {
         F: Fn(Event, ObjectReference) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send,
     {
-        let (tx, mut rx) = mpsc::channel::<(Event, ObjectReference)>(capacity.max(1));
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(Pending::default()),
+            wake: Notify::new(),
+            capacity: capacity.max(1),
+        });
+        let s = shared.clone();
         tokio::spawn(async move {
-            while let Some((ev, reference)) = rx.recv().await {
+            while let Some((ev, reference)) = next(&s).await {
                 publish(ev, reference).await;
             }
         });
-        EventQueue { tx, metrics, rule }
+        EventQueue {
+            shared,
+            metrics,
+            rule,
+        }
     }
 
-    /// Queues an Event about `reference`; drops it (counted) when the queue is full.
+    /// Queues an Event about `reference`: folded into an identical one still waiting, or
+    /// dropped (counted) when the queue is full.
     pub fn send(&self, ev: Event, reference: ObjectReference) {
-        if let Err(e) = self.tx.try_send((ev, reference)) {
-            self.metrics.event_dropped(&self.rule);
-            let (ev, _) = e.into_inner();
-            tracing::debug!(rule = %self.rule, reason = %ev.reason, "event queue full; event dropped");
+        let k = key(&ev, &reference);
+        let Ok(mut p) = self.shared.pending.lock() else {
+            return;
+        };
+        if p.keys.contains(&k) {
+            return;
         }
+        if p.queue.len() >= self.shared.capacity {
+            drop(p);
+            self.metrics.event_dropped(&self.rule);
+            tracing::debug!(rule = %self.rule, reason = %ev.reason, "event queue full; event dropped");
+            return;
+        }
+        p.keys.insert(k);
+        p.queue.push_back((ev, reference));
+        drop(p);
+        self.shared.wake.notify_one();
+    }
+}
+
+/// The next Event to publish, waiting for one; None once the queue is dropped and empty.
+async fn next(s: &Shared) -> Option<(Event, ObjectReference)> {
+    loop {
+        {
+            let mut p = s.pending.lock().ok()?;
+            if let Some((ev, reference)) = p.queue.pop_front() {
+                p.keys.remove(&key(&ev, &reference));
+                return Some((ev, reference));
+            }
+            if p.closed {
+                return None;
+            }
+        }
+        s.wake.notified().await;
     }
 }
 
@@ -79,7 +167,6 @@ impl EventQueue {
 mod tests {
     use super::*;
     use kube::runtime::events::EventType;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::sync::Semaphore;
 
     fn ev(reason: &str) -> Event {
@@ -92,41 +179,94 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_full_queue_drops_and_counts_and_never_blocks_the_sender() {
-        let metrics = Arc::new(Metrics::default());
-        let published = Arc::new(AtomicUsize::new(0));
-        // The publisher waits for a permit per Event: nothing drains until we allow it.
+    fn on(name: &str) -> ObjectReference {
+        ObjectReference {
+            name: Some(name.into()),
+            ..Default::default()
+        }
+    }
+
+    /// A queue whose publisher waits for a permit per Event; (queue, published, gate).
+    fn gated(
+        capacity: usize,
+        metrics: Arc<Metrics>,
+    ) -> (EventQueue, Arc<Mutex<Vec<String>>>, Arc<Semaphore>) {
+        let published = Arc::new(Mutex::new(Vec::new()));
         let gate = Arc::new(Semaphore::new(0));
         let (p, g) = (published.clone(), gate.clone());
-        let q = EventQueue::start_with(4, metrics.clone(), "website".into(), move |_, _| {
+        let q = EventQueue::start_with(capacity, metrics, "website".into(), move |ev, r| {
             let (p, g) = (p.clone(), g.clone());
             async move {
                 if let Ok(permit) = g.acquire().await {
                     permit.forget();
                 }
-                p.fetch_add(1, Ordering::SeqCst);
+                p.lock()
+                    .unwrap()
+                    .push(format!("{} {}", r.name.unwrap_or_default(), ev.reason));
             }
         });
-        for i in 0..20 {
-            q.send(ev(&format!("E{i}")), ObjectReference::default());
-        }
-        // One Event is held by the publisher, four wait in the queue, the rest are dropped.
-        let dropped = |m: &Metrics| {
-            m.render()
-                .lines()
-                .find(|l| l.starts_with("ruleop_events_dropped_total{rule=\"website\"}"))
-                .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        };
-        let d = dropped(&metrics).unwrap_or(0);
-        assert!((15..=16).contains(&d), "dropped {d}");
-        gate.add_permits(100);
-        for _ in 0..100 {
-            if published.load(Ordering::SeqCst) + d as usize == 20 {
-                break;
+        (q, published, gate)
+    }
+
+    fn dropped(m: &Metrics) -> u64 {
+        m.render()
+            .lines()
+            .find(|l| l.starts_with("ruleop_events_dropped_total{rule=\"website\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    }
+
+    async fn until(published: &Mutex<Vec<String>>, n: usize) {
+        for _ in 0..200 {
+            if published.lock().unwrap().len() >= n {
+                return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        assert_eq!(published.load(Ordering::SeqCst) + d as usize, 20);
+    }
+
+    #[tokio::test]
+    async fn every_resource_gets_its_events_late_and_repeats_are_folded() {
+        let metrics = Arc::new(Metrics::default());
+        let (q, published, gate) = gated(100, metrics.clone());
+        // A storm: 40 resources, each with the same Event three times and one other.
+        for round in 0..3 {
+            for i in 0..40 {
+                q.send(ev("Applied"), on(&format!("r{i}")));
+                if round == 0 {
+                    q.send(ev("Ready"), on(&format!("r{i}")));
+                }
+            }
+        }
+        gate.add_permits(1000);
+        until(&published, 80).await;
+        let got = published.lock().unwrap().clone();
+        // The first was taken before its repeats came; the rest folded: 80 or 81.
+        assert!((80..=81).contains(&got.len()), "{}", got.len());
+        for i in 0..40 {
+            for reason in ["Applied", "Ready"] {
+                assert!(got.contains(&format!("r{i} {reason}")), "r{i} {reason}");
+            }
+        }
+        assert_eq!(dropped(&metrics), 0);
+        // Once published, the same Event again is published again.
+        q.send(ev("Ready"), on("r0"));
+        until(&published, got.len() + 1).await;
+        assert_eq!(published.lock().unwrap().len(), got.len() + 1);
+    }
+
+    #[tokio::test]
+    async fn beyond_its_capacity_the_queue_drops_and_counts_and_never_blocks_the_sender() {
+        let metrics = Arc::new(Metrics::default());
+        let (q, published, gate) = gated(4, metrics.clone());
+        for i in 0..20 {
+            q.send(ev(&format!("E{i}")), ObjectReference::default());
+        }
+        // One Event may be held by the publisher, four wait, the rest are dropped.
+        let d = dropped(&metrics);
+        assert!((15..=16).contains(&d), "dropped {d}");
+        gate.add_permits(100);
+        until(&published, 20 - d as usize).await;
+        assert_eq!(published.lock().unwrap().len() + d as usize, 20);
     }
 }

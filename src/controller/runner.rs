@@ -337,7 +337,7 @@ fn existing_watch(
     let api = scoped(client, &k.resource, opts.namespace.as_deref());
     let stream = watcher(api, watcher::Config::default().timeout(opts.watch_timeout))
         .backoff(watch_backoff())
-        .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
+        .modify(crate::apply::slim)
         .inspect_ok(move |ev| sync.observe(watch_index, ev))
         .reflect(writer)
         .touched_objects();
@@ -440,7 +440,7 @@ async fn run(
         watcher::Config::default().timeout(opts.watch_timeout),
     )
     .backoff(watch_backoff())
-    .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
+    .modify(crate::apply::slim)
     .inspect_ok(move |ev| {
         parent_sync.observe(0, ev);
         forget_gone_parents(ev, &parent_resource, &forget, &parent_relist);
@@ -469,6 +469,8 @@ async fn run(
         let forget = memo.clone();
         let child_resource = k.resource.clone();
         let child_relist = Relist::default();
+        // Only what reconcile, status and pruning read of each child stays in memory.
+        let keep = crate::rules::keep::for_kind(&rule, &k.resource.api_version, &k.resource.kind);
         let stream = watcher(
             api,
             watcher::Config::default()
@@ -476,7 +478,10 @@ async fn run(
                 .timeout(opts.watch_timeout),
         )
         .backoff(watch_backoff())
-        .modify(crate::apply::slim_managed_fields)
+        .modify(move |o| {
+            crate::apply::slim_managed_fields(o);
+            keep.apply(&mut o.data);
+        })
         .inspect_ok(move |ev| {
             child_sync.observe(i + 1, ev);
             index.observe(ev);

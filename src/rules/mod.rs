@@ -8,6 +8,7 @@ pub mod error;
 pub mod evolve;
 pub mod graph;
 pub mod helpers;
+pub mod keep;
 pub mod kinds;
 pub mod lines;
 pub mod load;

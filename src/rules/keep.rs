@@ -1,0 +1,237 @@
+//! What of a child the watch cache keeps: only what reconcile, status and pruning read.
+//! The comparison with the rendered object reads the fields the templates write; readiness
+//! reads `status`, `spec.replicas` and the metadata; everything else the API server adds
+//! (a Deployment's pod-template defaults, a Service's cluster IPs...) is memory only, and is
+//! dropped as each object enters the cache. A kind whose live objects a rule reads freely
+//! (a `readyWhen`, `observed.<id>` in a template, a status field or expression reading
+//! more than its `status` and `metadata`) is kept whole. Pure.
+
+use super::compile::{FieldSource, Node, Source};
+use super::{CompiledChild, CompiledRule};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The shape of what to keep of a value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keep {
+    /// All of it.
+    All,
+    /// Of a mapping, these fields (each with what to keep of it); of a list, the same of
+    /// each element; a scalar is kept.
+    Fields(BTreeMap<String, Keep>),
+}
+
+impl Keep {
+    fn union(self, other: Keep) -> Keep {
+        match (self, other) {
+            (Keep::Fields(mut a), Keep::Fields(b)) => {
+                for (k, v) in b {
+                    let merged = match a.remove(&k) {
+                        Some(old) => old.union(v),
+                        None => v,
+                    };
+                    a.insert(k, merged);
+                }
+                Keep::Fields(a)
+            }
+            _ => Keep::All,
+        }
+    }
+
+    /// Drops from `v` what is not to be kept.
+    pub fn apply(&self, v: &mut Value) {
+        let Keep::Fields(fields) = self else { return };
+        match v {
+            Value::Object(m) => {
+                m.retain(|k, _| fields.contains_key(k));
+                for (k, sub) in m.iter_mut() {
+                    if let Some(keep) = fields.get(k) {
+                        keep.apply(sub);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|i| self.apply(i)),
+            _ => {}
+        }
+    }
+}
+
+/// What a template writes, as a shape.
+fn of_node(node: &Node) -> Keep {
+    match node {
+        Node::Map(entries) => {
+            let mut fields = BTreeMap::new();
+            for (key, value) in entries {
+                let super::compile::Key::Literal(k) = key else {
+                    return Keep::All;
+                };
+                fields.insert(k.clone(), of_node(value));
+            }
+            Keep::Fields(fields)
+        }
+        Node::Seq(items) => items
+            .iter()
+            .map(|i| match i {
+                Node::Each(each) => of_node(&each.1),
+                other => of_node(other),
+            })
+            .reduce(Keep::union)
+            .unwrap_or(Keep::All),
+        Node::Each(each) => of_node(&each.1),
+        Node::Literal(v) => of_literal(v),
+        Node::Expr(_) | Node::Text(_) => Keep::All,
+    }
+}
+
+fn of_literal(v: &Value) -> Keep {
+    match v {
+        Value::Object(m) => {
+            Keep::Fields(m.iter().map(|(k, v)| (k.clone(), of_literal(v))).collect())
+        }
+        Value::Array(items) => items
+            .iter()
+            .map(of_literal)
+            .reduce(Keep::union)
+            .unwrap_or(Keep::All),
+        _ => Keep::All,
+    }
+}
+
+/// What readiness and pruning read of every child, besides what the templates write.
+fn always() -> Keep {
+    let mut spec = BTreeMap::new();
+    spec.insert("replicas".to_string(), Keep::All);
+    let mut fields = BTreeMap::new();
+    fields.insert("spec".to_string(), Keep::Fields(spec));
+    fields.insert("status".to_string(), Keep::All);
+    Keep::Fields(fields)
+}
+
+/// Whether the rule reads child `ix`'s live object beyond its `status` and `metadata`.
+fn read_freely(rule: &CompiledRule, ix: usize) -> bool {
+    let child = &rule.children[ix];
+    if child.ready_when.is_some() || rule.children.iter().any(|c| c.reads.observed.contains(&ix)) {
+        return true;
+    }
+    let narrow = |rest: &str| {
+        ["status", "metadata"].iter().any(|p| {
+            rest == *p || rest.starts_with(&format!("{p}.")) || rest.starts_with(&format!("{p}["))
+        })
+    };
+    let path_reads = rule.fields.iter().any(|f| match &f.source {
+        FieldSource::Path {
+            from: Source::Child(i),
+            text,
+            ..
+        } if *i == ix => {
+            let rest = text.trim_start_matches('$').trim_start_matches('.');
+            !narrow(rest)
+        }
+        _ => false,
+    });
+    let expressions = rule
+        .fields
+        .iter()
+        .filter_map(|f| match &f.source {
+            FieldSource::Value(e) => Some(e),
+            _ => None,
+        })
+        .chain(rule.ready.as_ref());
+    let prefix = format!("children.{}", child.id);
+    let expr_reads = expressions
+        .flat_map(|e| rule.program.expression_paths(e))
+        .any(|p| {
+            p == "children"
+                || p == prefix
+                || p.strip_prefix(&format!("{prefix}."))
+                    .is_some_and(|rest| !narrow(rest))
+        });
+    path_reads || expr_reads
+}
+
+/// What to keep of the objects of `api_version`/`kind` the rule makes (of the object's
+/// content besides `apiVersion`, `kind` and `metadata`).
+pub fn for_kind(rule: &CompiledRule, api_version: &str, kind: &str) -> Keep {
+    let of_kind = |c: &&CompiledChild| c.api_version == api_version && c.kind == kind;
+    let mut keep = always();
+    for (ix, c) in rule.children.iter().enumerate().filter(|(_, c)| of_kind(c)) {
+        if read_freely(rule, ix) {
+            return Keep::All;
+        }
+        keep = keep.union(of_node(&c.template));
+    }
+    match keep {
+        Keep::Fields(mut f) => {
+            for k in ["apiVersion", "kind", "metadata"] {
+                f.remove(k);
+            }
+            Keep::Fields(f)
+        }
+        all => all,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testing::rule;
+    use serde_json::json;
+
+    const RULE: &str = "name: w\nwatch: {group: x.io, version: v1, resource: ws}\nchildren:\n  - id: d\n    template:\n      apiVersion: apps/v1\n      kind: Deployment\n      metadata: {name: \"{{ name }}\"}\n      spec:\n        selector: {matchLabels: \"{{ labels }}\"}\n        template:\n          spec:\n            containers:\n              - name: app\n                image: \"{{ spec.image }}\"\n                ports: [{containerPort: 80}]\n  - id: s\n    template:\n      apiVersion: v1\n      kind: Service\n      metadata: {name: \"{{ name }}\"}\n      spec: {ports: [{port: 80}]}\nstatus:\n  fields:\n    - {name: ready, from: d, path: $.status.readyReplicas, type: integer}\n";
+
+    #[test]
+    fn only_what_the_templates_write_readiness_and_status_read_is_kept() {
+        let r = rule(RULE);
+        let keep = for_kind(&r, "apps/v1", "Deployment");
+        let mut live = json!({
+            "spec": {"replicas": 2, "revisionHistoryLimit": 10, "selector": {"matchLabels": {"a": "b"}},
+                "strategy": {"type": "RollingUpdate"},
+                "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"dnsPolicy": "ClusterFirst",
+                    "containers": [{"name": "app", "image": "nginx", "imagePullPolicy": "Always",
+                        "terminationMessagePath": "/dev/termination-log", "ports": [{"containerPort": 80, "protocol": "TCP"}]}]}}},
+            "status": {"readyReplicas": 2, "conditions": [{"type": "Available"}]}});
+        keep.apply(&mut live);
+        assert_eq!(
+            live,
+            json!({"spec": {"replicas": 2, "selector": {"matchLabels": {"a": "b"}},
+                "template": {"spec": {"containers": [{"name": "app", "image": "nginx", "ports": [{"containerPort": 80}]}]}}},
+                "status": {"readyReplicas": 2, "conditions": [{"type": "Available"}]}})
+        );
+        let mut svc =
+            json!({"spec": {"clusterIP": "10.0.0.1", "ports": [{"port": 80, "targetPort": 80}]}});
+        for_kind(&r, "v1", "Service").apply(&mut svc);
+        assert_eq!(svc, json!({"spec": {"ports": [{"port": 80}]}}));
+    }
+
+    #[test]
+    fn a_kind_read_beyond_status_and_metadata_is_kept_whole() {
+        let observed = RULE.replace(
+            "      spec: {ports: [{port: 80}]}\n",
+            "      spec: {ports: [{port: 80}]}\n  - id: c\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {name: \"{{ name }}\"}\n      data: {ip: \"{{ observed.s.spec.clusterIP }}\"}\n",
+        );
+        assert_eq!(for_kind(&rule(&observed), "v1", "Service"), Keep::All);
+        let path = RULE.replace("$.status.readyReplicas", "$.spec.template");
+        assert_eq!(for_kind(&rule(&path), "apps/v1", "Deployment"), Keep::All);
+        let expr = RULE.replace(
+            "    - {name: ready, from: d, path: $.status.readyReplicas, type: integer}\n",
+            "    - {name: ready, value: children.d.spec.paused, type: boolean}\n",
+        );
+        assert_eq!(for_kind(&rule(&expr), "apps/v1", "Deployment"), Keep::All);
+        let status_only = RULE.replace(
+            "    - {name: ready, from: d, path: $.status.readyReplicas, type: integer}\n",
+            "    - {name: ready, value: children.d.status.readyReplicas, type: integer}\n",
+        );
+        assert_ne!(
+            for_kind(&rule(&status_only), "apps/v1", "Deployment"),
+            Keep::All
+        );
+        let ready_when = RULE.replace(
+            "  - id: s\n",
+            "    readyWhen: child.spec.paused\n  - id: s\n",
+        );
+        assert_eq!(
+            for_kind(&rule(&ready_when), "apps/v1", "Deployment"),
+            Keep::All
+        );
+    }
+}
