@@ -2,11 +2,12 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test test-long fuzz bench profile cluster cluster-down lint build check-rules
+.PHONY: run test test-long fuzz bench bench-scale profile cluster cluster-down lint build check-rules
 
 FUZZ_SECONDS ?= 180
 N ?= 1000
 STEADY ?= 60
+SCALE ?= 1000,3000,10000
 
 ## run: local control plane up, CRDs installed, the operator in the foreground with the
 ## shipped rules, and the examples applied.
@@ -46,13 +47,22 @@ fuzz:
 	  mkdir -p work/$$t && $(CARGO) +nightly fuzz run $$t work/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; \
 	done
 
-## bench: ruleop against the floor, controller-runtime, kopf and kro (N WebSites; see BENCHMARKS.md).
+## bench: ruleop against the floor, controller-runtime, kopf and kro (N WebSites), then the scale
+## runs (SCALE=1000,3000,10000; SCALE= skips them; see BENCHMARKS.md).
 bench:
 	tests/cluster/build.sh
 	bench/build-peers.sh
 	$(CARGO) build --release --quiet
 	RULEOP_BENCH_N=$(N) RULEOP_BENCH_STEADY_SECONDS=$(STEADY) $(CARGO) bench --bench waves
 	$(CARGO) bench --bench pipeline
+	if [ -n "$(SCALE)" ]; then RULEOP_BENCH_SCALE=$(SCALE) RULEOP_BENCH_STEADY_SECONDS=30 $(CARGO) bench --bench waves; fi
+
+## bench-scale: only the scale runs (SCALE=1000,3000,10000 by default; see BENCHMARKS.md).
+bench-scale:
+	tests/cluster/build.sh
+	bench/build-peers.sh
+	$(CARGO) build --release --quiet
+	RULEOP_BENCH_SCALE=$(SCALE) RULEOP_BENCH_STEADY_SECONDS=30 $(CARGO) bench --bench waves
 
 ## profile: one create wave of ruleop (N WebSites) with a pprof CPU profile of the API server
 ## and a perf profile of ruleop; writes target/bench/profiles/{ruleop.svg,apiserver-top.txt}.

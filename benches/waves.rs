@@ -9,6 +9,8 @@
 //! system run is bracketed by two runs of the floor and reported as a ratio to their mean;
 //! rounds repeat the sequence and the median is reported.
 //!
+//! With RULEOP_BENCH_SCALE=1000,3000,10000, the scale runs instead (see `waves/scale.rs`).
+//!
 //! Env: RULEOP_BENCH_N (default 1000), RULEOP_BENCH_STEADY_SECONDS (60),
 //! RULEOP_BENCH_ROUNDS (3), RULEOP_BENCH_SYSTEMS (default:
 //! ruleop,ruleop-warnings,controller-runtime,kopf,kro; the floor always runs; also
@@ -28,6 +30,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+#[path = "waves/scale.rs"]
+mod scale;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const NS: &str = "bench";
@@ -78,12 +83,28 @@ fn cluster_dir() -> PathBuf {
 /// A fresh etcd + API server. The WebSite CRD comes from deploy/crds, except for kro,
 /// which generates its own from the ResourceGraphDefinition (installed once kro runs).
 fn fresh_cluster(system: &str) -> Result<String, String> {
+    fresh_cluster_with(system, true)
+}
+
+/// As [`fresh_cluster`]; `minimal: false` adds the controller-manager, the scheduler and
+/// kwok (pods become ready).
+fn fresh_cluster_with(system: &str, minimal: bool) -> Result<String, String> {
     let dir = cluster_dir();
     let _ =
         sh(Command::new(format!("{ROOT}/tests/cluster/down.sh")).env("RULEOP_CLUSTER_DIR", &dir));
     sh(Command::new(format!("{ROOT}/tests/cluster/up.sh"))
         .env("RULEOP_CLUSTER_DIR", &dir)
-        .env("RULEOP_MINIMAL", "1"))?;
+        .env("RULEOP_MINIMAL", if minimal { "1" } else { "0" })
+        // The control plane's own clients unthrottled, so that the time from a WebSite to
+        // a ready pod is not the controller-manager's rate limit (20/s by default).
+        .env(
+            "RULEOP_KCM_EXTRA_ARGS",
+            "--kube-api-qps=1000 --kube-api-burst=2000 --concurrent-deployment-syncs=32 --concurrent-replicaset-syncs=32",
+        )
+        .env(
+            "RULEOP_SCHEDULER_EXTRA_ARGS",
+            "--kube-api-qps=1000 --kube-api-burst=2000",
+        ))?;
     let kc = dir.join("kubeconfig").to_string_lossy().into_owned();
     if system == "kro" {
         let info = sh(Command::new("go").args([
@@ -816,6 +837,20 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 
 #[tokio::main]
 async fn main() {
+    if let Ok(list) = std::env::var("RULEOP_BENCH_SCALE") {
+        let sizes: Vec<usize> = list
+            .split(',')
+            .filter_map(|v| v.trim().parse().ok())
+            .collect();
+        let steady: u64 = std::env::var("RULEOP_BENCH_STEADY_SECONDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(30);
+        if !sizes.is_empty() {
+            scale::main(sizes, steady).await;
+        }
+        return;
+    }
     let n: usize = std::env::var("RULEOP_BENCH_N")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -190,10 +190,10 @@ start kube-controller-manager "$K8S_BIN/kube-controller-manager" \
   --bind-address 127.0.0.1 --secure-port "$kcm_port" --cert-dir "$dir/kcm-certs" \
   --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
   --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
-  --use-service-account-credentials=false --leader-elect=false --controllers '*'
+  --use-service-account-credentials=false --leader-elect=false --controllers '*' ${RULEOP_KCM_EXTRA_ARGS:-}
 start kube-scheduler "$K8S_BIN/kube-scheduler" \
   --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
-  --bind-address 127.0.0.1 --secure-port "$sched_port" --cert-dir "$dir/scheduler-certs" --leader-elect=false
+  --bind-address 127.0.0.1 --secure-port "$sched_port" --cert-dir "$dir/scheduler-certs" --leader-elect=false ${RULEOP_SCHEDULER_EXTRA_ARGS:-}
 
 # One fake node, managed by kwok (selected by annotation), with room for many pods.
 kubectl --kubeconfig "$kubeconfig" apply -f - >/dev/null <<NODE

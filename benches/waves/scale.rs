@@ -1,0 +1,406 @@
+//! Scale runs (`RULEOP_BENCH_SCALE=1000,3000,10000`): at each N, the floor, ruleop and
+//! controller-runtime (floor, ruleop, floor, controller-runtime, floor), one round; the
+//! create and update waves as ratios to the floor at that N (the control plane itself
+//! grows faster than linearly), peak RSS, RSS per cached object, CPU seconds, and the
+//! growth exponent of each from the smallest N to the largest (1.0 = linear). Then, at the
+//! largest N, on a full control plane (controller-manager, scheduler, kwok making pods
+//! ready), the latency users feel, per system: with N WebSites in place (replicas 0, so
+//! kwok runs no pods for them) and nothing else happening, one more WebSite (replicas 1)
+//! every 100 ms for a minute, from create to ready (status.readyReplicas = 1 at the
+//! current generation: ruleop's `Ready=True`); and the API server's own request latency
+//! (p99 of apiserver_request_duration_seconds, long-running requests excluded) over the
+//! minute after the system restarts with all of them in place (its resync).
+
+use super::*;
+
+/// One scale figure set per system and N.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Point {
+    system: String,
+    n: usize,
+    create_ratio: f64,
+    update_ratio: f64,
+    create_seconds: f64,
+    update_seconds: f64,
+    peak_rss_mib: Option<f64>,
+    cpu_seconds: Option<f64>,
+    steady_writes_per_minute: f64,
+    events_per_cr: f64,
+}
+
+/// The latency figures of one system.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Latency {
+    system: String,
+    background: usize,
+    created: usize,
+    ready: usize,
+    p50_seconds: Option<f64>,
+    p99_seconds: Option<f64>,
+    resync_api_p99_seconds: Option<f64>,
+    /// Requests the API server served in the minute after the restart, from every client
+    /// (the control plane's own components too).
+    resync_requests: f64,
+}
+
+/// How fast `y` grows with `x` between two points: y ∝ x^k.
+fn exponent(x0: f64, y0: f64, x1: f64, y1: f64) -> Option<f64> {
+    let k = (y1 / y0).ln() / (x1 / x0).ln();
+    k.is_finite().then_some(k)
+}
+
+fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+    Some(sorted[i])
+}
+
+/// The scale runs; prints the tables and writes target/bench/scale.json.
+pub async fn main(sizes: Vec<usize>, steady: u64) {
+    let mut points: Vec<Point> = Vec::new();
+    let latency_only = std::env::var("RULEOP_BENCH_LATENCY").as_deref() == Ok("only");
+    for &n in sizes.iter().filter(|_| !latency_only) {
+        let mut floor_prev = run_system("floor", n, 0).await.ok();
+        for system in ["ruleop", "controller-runtime"] {
+            eprintln!("bench scale: {system} with N={n} ...");
+            let f = match run_system(system, n, steady).await {
+                Ok(f) => f,
+                Err(e) => {
+                    eprintln!("bench scale: {system} at N={n} failed: {e}");
+                    continue;
+                }
+            };
+            let after = run_system("floor", n, 0).await.ok();
+            let floors: Vec<&Figures> = floor_prev.iter().chain(after.iter()).collect();
+            let mean = |g: fn(&Figures) -> f64| {
+                floors.iter().map(|f| g(f)).sum::<f64>() / floors.len() as f64
+            };
+            let point = Point {
+                system: system.into(),
+                n,
+                create_ratio: f.create_seconds / mean(|f| f.create_seconds),
+                update_ratio: f.update_seconds / mean(|f| f.update_seconds),
+                create_seconds: f.create_seconds,
+                update_seconds: f.update_seconds,
+                peak_rss_mib: f.peak_rss_mib,
+                cpu_seconds: f.cpu_seconds,
+                steady_writes_per_minute: f.steady_writes_per_minute,
+                events_per_cr: f.events_per_cr,
+            };
+            let floor_known = points.iter().any(|p| p.system == "floor" && p.n == n);
+            if floors.len() == 2 && !floor_known {
+                points.push(Point {
+                    system: "floor".into(),
+                    n,
+                    create_ratio: 1.0,
+                    update_ratio: 1.0,
+                    create_seconds: mean(|f| f.create_seconds),
+                    update_seconds: mean(|f| f.update_seconds),
+                    peak_rss_mib: None,
+                    cpu_seconds: None,
+                    steady_writes_per_minute: f64::NAN,
+                    events_per_cr: 0.0,
+                });
+            }
+            eprintln!("bench scale: {point:?}");
+            points.push(point);
+            floor_prev = after;
+            write(&points, &[]);
+        }
+    }
+    print_points(&points, &sizes);
+    let mut latencies = Vec::new();
+    if let Some(&n) = sizes.iter().max()
+        && std::env::var("RULEOP_BENCH_LATENCY").as_deref() != Ok("0")
+    {
+        for system in ["ruleop", "controller-runtime"] {
+            eprintln!("bench scale: latency of {system} with {n} WebSites in place ...");
+            match latency(system, n).await {
+                Ok(l) => latencies.push(l),
+                Err(e) => eprintln!("bench scale: latency of {system} failed: {e}"),
+            }
+            write(&points, &latencies);
+        }
+        print_latencies(&latencies);
+    }
+    write(&points, &latencies);
+}
+
+fn write(points: &[Point], latencies: &[Latency]) {
+    let dir = Path::new(ROOT).join("target/bench");
+    let _ = std::fs::create_dir_all(&dir);
+    let doc = json!({"points": points, "latency": latencies});
+    let _ = std::fs::write(
+        dir.join("scale.json"),
+        serde_json::to_string_pretty(&doc).unwrap_or_default(),
+    );
+}
+
+fn print_points(points: &[Point], sizes: &[usize]) {
+    println!("\nScale: one round per N; each system between two floor runs at that N\n");
+    println!(
+        "| system | N | create s | create ratio | update s | update ratio | steady writes/min | events/CR | peak RSS MiB | CPU s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for p in points {
+        println!(
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.2} | {} | {} |",
+            p.system,
+            p.n,
+            p.create_seconds,
+            p.create_ratio,
+            p.update_seconds,
+            p.update_ratio,
+            opt(
+                Some(p.steady_writes_per_minute).filter(|v| v.is_finite()),
+                1
+            ),
+            p.events_per_cr,
+            opt(p.peak_rss_mib, 1),
+            opt(p.cpu_seconds, 2)
+        );
+    }
+    let (Some(&lo), Some(&hi)) = (sizes.iter().min(), sizes.iter().max()) else {
+        return;
+    };
+    if lo == hi {
+        return;
+    }
+    println!(
+        "\nGrowth from N={lo} to N={hi} (exponent k of y ∝ N^k; 1.0 = linear). RSS per cached object: the RSS added per object (3 per WebSite: it and its two children) from N={lo} to N={hi}.\n"
+    );
+    println!(
+        "| system | create time k | create ratio k (own, floor divided out) | update time k | CPU k | peak RSS k | KiB RSS per cached object |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for system in ["floor", "ruleop", "controller-runtime"] {
+        let at = |n: usize| points.iter().find(|p| p.system == system && p.n == n);
+        let (Some(a), Some(b)) = (at(lo), at(hi)) else {
+            continue;
+        };
+        let (x0, x1) = (lo as f64, hi as f64);
+        let k = |y0: Option<f64>, y1: Option<f64>| {
+            opt(
+                exponent(x0, y0.unwrap_or(f64::NAN), x1, y1.unwrap_or(f64::NAN)),
+                2,
+            )
+        };
+        let own = exponent(x0, a.create_ratio, x1, b.create_ratio).map(|k| k + 1.0);
+        let per_object = match (a.peak_rss_mib, b.peak_rss_mib) {
+            (Some(r0), Some(r1)) => Some((r1 - r0) * 1024.0 / (3.0 * (x1 - x0))),
+            _ => None,
+        };
+        println!(
+            "| {system} | {} | {} | {} | {} | {} | {} |",
+            k(Some(a.create_seconds), Some(b.create_seconds)),
+            opt(own, 2),
+            k(Some(a.update_seconds), Some(b.update_seconds)),
+            k(a.cpu_seconds, b.cpu_seconds),
+            k(a.peak_rss_mib, b.peak_rss_mib),
+            opt(per_object, 1)
+        );
+    }
+}
+
+fn print_latencies(latencies: &[Latency]) {
+    println!(
+        "\nLatency: with N WebSites in place, one more every 100 ms for 60 s; create → ready. Resync: the API server's p99 request latency (non-long-running) over the minute after the system restarts.\n"
+    );
+    println!(
+        "| system | WebSites in place | created | ready | p50 s | p99 s | resync: API p99 s | resync: API requests (all clients) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for l in latencies {
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} |",
+            l.system,
+            l.background,
+            l.created,
+            l.ready,
+            opt(l.p50_seconds, 3),
+            opt(l.p99_seconds, 3),
+            opt(l.resync_api_p99_seconds, 3),
+            l.resync_requests
+        );
+    }
+}
+
+/// The API server's request-duration histogram, summed over non-long-running requests:
+/// (upper bound → cumulative count).
+fn durations(text: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_duration_seconds_bucket{"))
+    {
+        let verb = label(line, "verb");
+        if matches!(verb.as_str(), "WATCH" | "CONNECT") {
+            continue;
+        }
+        let le = label(line, "le");
+        let v: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *out.entry(le).or_insert(0.0) += v;
+    }
+    out
+}
+
+/// The p99 of the requests between two histogram readings (the upper bound of its bucket).
+fn p99_between(a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>) -> (Option<f64>, f64) {
+    let mut buckets: Vec<(f64, f64)> = b
+        .iter()
+        .filter_map(|(le, v)| {
+            let bound = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((bound, v - a.get(le).copied().unwrap_or(0.0)))
+        })
+        .collect();
+    buckets.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let total = buckets.last().map(|b| b.1).unwrap_or(0.0);
+    let p99 = buckets
+        .iter()
+        .find(|(_, count)| *count >= 0.99 * total)
+        .map(|b| b.0);
+    (p99.filter(|_| total > 0.0), total)
+}
+
+fn small_site(name: &str, replicas: i64) -> DynamicObject {
+    serde_json::from_value(json!({"apiVersion": "sre.example.com/v1alpha1", "kind": "WebSite",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"image": "nginx:1", "replicas": replicas, "port": 80, "serviceType": "ClusterIP"}}))
+    .expect("a WebSite")
+}
+
+/// Whether a WebSite's status says it is ready at its generation.
+fn ready(o: &DynamicObject) -> bool {
+    let s = &o.data["status"];
+    let want = o.data["spec"]["replicas"].as_i64().unwrap_or(1);
+    s["observedGeneration"].as_i64() == o.metadata.generation
+        && s["readyReplicas"].as_i64().unwrap_or(0) >= want
+}
+
+async fn latency(system: &str, n: usize) -> Result<Latency, String> {
+    let kc = fresh_cluster_with(system, false)?;
+    let c = client(&kc).await;
+    let mut proc_ = start(system, &kc)?;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let sites: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &website_ar());
+    // When each WebSite was first seen ready.
+    let first_ready: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let watch = {
+        use kube::runtime::WatchStreamExt;
+        use kube::runtime::watcher::{self, Event};
+        let (sites, first_ready) = (sites.clone(), first_ready.clone());
+        tokio::spawn(async move {
+            let stream = watcher::watcher(sites, watcher::Config::default()).default_backoff();
+            let mut stream = std::pin::pin!(stream);
+            while let Some(ev) = stream.next().await {
+                if let Ok(Event::Apply(o) | Event::InitApply(o)) = ev
+                    && ready(&o)
+                {
+                    let name = o.metadata.name.clone().unwrap_or_default();
+                    first_ready
+                        .lock()
+                        .unwrap()
+                        .entry(name)
+                        .or_insert_with(Instant::now);
+                }
+            }
+        })
+    };
+    stream::iter(0..n)
+        .map(|i| {
+            let sites = sites.clone();
+            async move {
+                let _ = sites
+                    .create(&PostParams::default(), &small_site(&format!("s{i}"), 0))
+                    .await;
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    let t0 = Instant::now();
+    while first_ready.lock().unwrap().len() < n {
+        if t0.elapsed() > Duration::from_secs(1800) {
+            return Err(format!("{n} WebSites not ready within 30 minutes"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Nothing else happens for a while, then one more every 100 ms for a minute.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let mut created_at = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    for i in 0..600 {
+        tick.tick().await;
+        let name = format!("l{i}");
+        let at = Instant::now();
+        if sites
+            .create(&PostParams::default(), &small_site(&name, 1))
+            .await
+            .is_ok()
+        {
+            created_at.push((name, at));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let all_ready =
+        |r: &HashMap<String, Instant>| created_at.iter().all(|(n, _)| r.contains_key(n));
+    while Instant::now() < deadline && !all_ready(&first_ready.lock().unwrap()) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut waits: Vec<f64> = {
+        let r = first_ready.lock().unwrap();
+        created_at
+            .iter()
+            .filter_map(|(n, at)| Some(r.get(n)?.duration_since(*at).as_secs_f64()))
+            .collect()
+    };
+    waits.sort_by(f64::total_cmp);
+    // The resync: the system restarts with everything in place.
+    if let Some(mut p) = proc_.take() {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+    let before = api_metrics(&c).await;
+    let requests = |t: &str| {
+        t.lines()
+            .filter(|l| l.starts_with("apiserver_request_total{"))
+            .filter(|l| !matches!(label(l, "verb").as_str(), "WATCH" | "CONNECT"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let mut restarted = start(system, &kc)?;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let after = api_metrics(&c).await;
+    let (p99, _) = p99_between(&durations(&before), &durations(&after));
+    if let Some(p) = restarted.as_mut() {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+    watch.abort();
+    let _ = sh(Command::new(format!("{ROOT}/tests/cluster/down.sh"))
+        .env("RULEOP_CLUSTER_DIR", cluster_dir()));
+    // Missing ones (never ready) count as slower than any: p99 then says so.
+    let created = created_at.len();
+    let ready_count = waits.len();
+    waits.resize(created, f64::INFINITY);
+    Ok(Latency {
+        system: system.into(),
+        background: n,
+        created,
+        ready: ready_count,
+        p50_seconds: quantile(&waits, 0.50),
+        p99_seconds: quantile(&waits, 0.99),
+        resync_api_p99_seconds: p99,
+        resync_requests: requests(&after) - requests(&before),
+    })
+}

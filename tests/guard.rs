@@ -1,0 +1,151 @@
+//! The guard for the API server, on a control plane of its own with the API server's audit
+//! log: ruleop run with a low `--qps` sends, over every window of time, no more requests
+//! than its token bucket allows (as the API server itself recorded them), and says how
+//! long its requests waited.
+
+mod common;
+
+use common::{Cluster, Operator, eventually};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+"#;
+
+const QPS: f64 = 4.0;
+const BURST: usize = 4;
+
+/// When the API server received each request from the replica `identity`, in seconds.
+fn requests_by(audit: &str, identity: &str) -> Vec<f64> {
+    let agent = format!("({identity})");
+    let mut by_id = BTreeMap::new();
+    for e in std::fs::read_to_string(audit)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["userAgent"].as_str().is_some_and(|a| a.contains(&agent)))
+    {
+        let at: Option<k8s_openapi::jiff::Timestamp> = e["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse().ok());
+        if let (Some(id), Some(at)) = (e["auditID"].as_str(), at) {
+            by_id.insert(id.to_string(), at.as_microsecond() as f64 / 1e6);
+        }
+    }
+    let mut at: Vec<f64> = by_id.into_values().collect();
+    at.sort_by(f64::total_cmp);
+    at
+}
+
+fn websites(ns: &str, n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "apiVersion: sre.example.com/v1alpha1\nkind: WebSite\nmetadata: {{name: s{i}, namespace: {ns}}}\nspec: {{image: \"nginx:1.27\", replicas: 1}}\n"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+#[tokio::test]
+async fn a_low_qps_is_honoured_over_every_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("audit-policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let audit = dir.path().join("audit.log");
+    let extra = format!(
+        "--audit-policy-file {} --audit-log-path {}",
+        policy.display(),
+        audit.display()
+    );
+    let ns = "guarded";
+    let c = Cluster::with_websites_env(
+        ns,
+        &[
+            ("RULEOP_APISERVER_EXTRA_ARGS", &extra),
+            ("RULEOP_MINIMAL", "1"),
+        ],
+    );
+    let op = Operator::start_with_env(
+        ns,
+        &["rules/website.yaml"],
+        &[
+            "--qps",
+            &QPS.to_string(),
+            "--burst",
+            &BURST.to_string(),
+            "--identity",
+            "limited",
+        ],
+        &[("KUBECONFIG", c.kubeconfig.as_str())],
+    );
+    // 15 WebSites at once: two applies and a status write each, and the Events.
+    let n = 15;
+    c.kubectl(&["apply", "-f", "-"], Some(&websites(ns, n)));
+    let kc = c.kubeconfig.clone();
+    eventually(Duration::from_secs(180), "every status written", || async {
+        let (ok, out, _) = common::kubectl_at(
+            &kc,
+            &[
+                "get",
+                "websites",
+                "-n",
+                ns,
+                "-o",
+                "jsonpath={.items[*].status.observedGeneration}",
+            ],
+            None,
+        );
+        (ok && out.split_whitespace().count() == n).then_some(())
+    })
+    .await;
+    let at = requests_by(audit.to_str().unwrap(), "limited");
+    assert!(
+        at.len() >= 3 * n,
+        "ruleop's requests were recorded: {}",
+        at.len()
+    );
+    // Over every window [a, b]: at most BURST + QPS × (b - a) requests, with one request of
+    // slack for the time between the client's token and the server's clock.
+    let mut worst = (0.0f64, 0usize, 0.0f64);
+    for i in 0..at.len() {
+        for j in i..at.len() {
+            let (count, span) = (j - i + 1, at[j] - at[i]);
+            let allowed = BURST as f64 + QPS * span + 1.0;
+            if count as f64 - allowed > worst.0 {
+                worst = (count as f64 - allowed, count, span);
+            }
+        }
+    }
+    assert!(
+        worst.0 <= 0.0,
+        "{} requests within {:.2} s: more than the bucket allows",
+        worst.1,
+        worst.2
+    );
+    // The limit was binding: all of them took about as long as the rate says.
+    let span = at[at.len() - 1] - at[0];
+    let least = (at.len() - BURST) as f64 / QPS - 1.0;
+    assert!(
+        span >= least,
+        "{} requests in {span:.1} s: the limiter paced them (at least {least:.1} s)",
+        at.len()
+    );
+    let addr = op.admin_addr().await;
+    let (_, metrics) = common::http_get(&addr, "/metrics");
+    let waited: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("ruleop_client_rate_limiter_wait_seconds_total "))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0);
+    assert!(
+        waited > 1.0,
+        "time waiting for the limiter is reported: {waited}"
+    );
+}
