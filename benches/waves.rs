@@ -55,6 +55,10 @@ struct Figures {
     steady_writes_per_minute: f64,
     peak_rss_mib: Option<f64>,
     cpu_seconds: Option<f64>,
+    /// RSS and CPU seconds after start-up, before the first request (the scale runs'
+    /// growth is of what comes on top).
+    idle_rss_mib: Option<f64>,
+    idle_cpu_seconds: Option<f64>,
     note: String,
 }
 
@@ -676,6 +680,10 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
             ));
         }
     }
+    let (idle_rss_mib, idle_cpu_seconds) = proc_
+        .as_ref()
+        .map(|p| proc_figures(p.id()))
+        .unwrap_or((None, None));
     let (rules, _) = ruleop::rules::load_str(
         include_str!("../rules/website.yaml"),
         Path::new("website.yaml"),
@@ -826,6 +834,8 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
         steady_writes_per_minute: sw * 60.0 / steady as f64,
         peak_rss_mib: rss,
         cpu_seconds: cpu,
+        idle_rss_mib,
+        idle_cpu_seconds,
         ..Default::default()
     })
 }
@@ -846,7 +856,9 @@ async fn main() {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(30);
-        if !sizes.is_empty() {
+        if sizes.is_empty() {
+            eprintln!("bench: RULEOP_BENCH_SCALE={list:?} names no size; nothing to run");
+        } else {
             scale::main(sizes, steady).await;
         }
         return;

@@ -451,7 +451,7 @@ fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
         let rule = pick_rule(&loaded, args.rule.as_deref(), cr)?;
         // The CRD's defaults first, as the API server applies them when it stores the resource.
         let mut defaulted = cr.clone();
-        if let Some(schema) = rules::crd::schema_for(rule, &crds) {
+        if let Some(schema) = rules::crd::schema_of(rule, &crds) {
             rules::crd::apply_defaults(&mut defaulted, schema);
         }
         let cr = &defaulted;

@@ -72,7 +72,7 @@ impl Default for Metrics {
         );
         registry.register(
             "client_rate_limiter_wait_seconds",
-            "Seconds requests spent waiting for the client-side rate limiter (--qps, --burst)",
+            "Seconds the client's requests were held by its rate limiter (--qps, --burst): the time the request at the head of the queue waited for a token",
             limiter_wait.clone(),
         );
         registry.register("reconciles", "Reconciles run, per rule", reconciles.clone());

@@ -24,6 +24,9 @@ struct Point {
     update_seconds: f64,
     peak_rss_mib: Option<f64>,
     cpu_seconds: Option<f64>,
+    /// Peak RSS and CPU seconds above those after start-up (what the resources cost).
+    rss_above_idle_mib: Option<f64>,
+    cpu_above_idle_seconds: Option<f64>,
     steady_writes_per_minute: f64,
     events_per_cr: f64,
 }
@@ -86,6 +89,8 @@ pub async fn main(sizes: Vec<usize>, steady: u64) {
                 update_seconds: f.update_seconds,
                 peak_rss_mib: f.peak_rss_mib,
                 cpu_seconds: f.cpu_seconds,
+                rss_above_idle_mib: f.peak_rss_mib.zip(f.idle_rss_mib).map(|(p, i)| p - i),
+                cpu_above_idle_seconds: f.cpu_seconds.zip(f.idle_cpu_seconds).map(|(c, i)| c - i),
                 steady_writes_per_minute: f.steady_writes_per_minute,
                 events_per_cr: f.events_per_cr,
             };
@@ -100,6 +105,8 @@ pub async fn main(sizes: Vec<usize>, steady: u64) {
                     update_seconds: mean(|f| f.update_seconds),
                     peak_rss_mib: None,
                     cpu_seconds: None,
+                    rss_above_idle_mib: None,
+                    cpu_above_idle_seconds: None,
                     steady_writes_per_minute: f64::NAN,
                     events_per_cr: 0.0,
                 });
@@ -172,7 +179,7 @@ fn print_points(points: &[Point], sizes: &[usize]) {
         "\nGrowth from N={lo} to N={hi} (exponent k of y ∝ N^k; 1.0 = linear). RSS per cached object: the RSS added per object (3 per WebSite: it and its two children) from N={lo} to N={hi}.\n"
     );
     println!(
-        "| system | create time k | create ratio k (own, floor divided out) | update time k | CPU k | peak RSS k | KiB RSS per cached object |"
+        "| system | create time k | create time k less the floor's (ratio k + 1) | update time k | CPU k (above idle) | RSS k (above idle) | KiB RSS per cached object |"
     );
     println!("|---|---|---|---|---|---|---|");
     for system in ["floor", "ruleop", "controller-runtime"] {
@@ -197,8 +204,8 @@ fn print_points(points: &[Point], sizes: &[usize]) {
             k(Some(a.create_seconds), Some(b.create_seconds)),
             opt(own, 2),
             k(Some(a.update_seconds), Some(b.update_seconds)),
-            k(a.cpu_seconds, b.cpu_seconds),
-            k(a.peak_rss_mib, b.peak_rss_mib),
+            k(a.cpu_above_idle_seconds, b.cpu_above_idle_seconds),
+            k(a.rss_above_idle_mib, b.rss_above_idle_mib),
             opt(per_object, 1)
         );
     }

@@ -164,7 +164,8 @@ pub async fn keep_installing(
     failed: impl Fn(&CrdError),
 ) {
     let mut last = None;
-    for attempt in 0.. {
+    let mut attempt = 0;
+    loop {
         let e = match install(&client, &rule, &fence).await {
             Ok(_) => return,
             Err(e) => e,
@@ -172,9 +173,12 @@ pub async fn keep_installing(
         let text = e.to_string();
         if last.as_ref() != Some(&text) {
             failed(&e);
+            // A new failure starts its backoff afresh.
+            attempt = 0;
             last = Some(text);
         }
         tokio::time::sleep(retry_after(&e, attempt)).await;
+        attempt = attempt.saturating_add(1);
     }
 }
 

@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 
 /// Distinct Events waiting to be published, per rule (room for every resource of a large
 /// kind to have one or two waiting: about 0.5 KiB each).
-pub const QUEUE_CAPACITY: usize = 16384;
+pub const QUEUE_CAPACITY: usize = 32768;
 
 /// What makes two Events the same: the object, the type, the reason and the note.
 type Key = (String, bool, String, String);

@@ -319,7 +319,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     tracing::info!("shutting down: finishing in-flight reconciles");
     sup.stop_all().await;
     if let (Some(e), Some(cfg)) = (election, &lease) {
-        e.release(client.clone(), cfg).await;
+        e.release(election_client.clone(), cfg).await;
     }
     tracing::info!("stopped");
     Ok(())

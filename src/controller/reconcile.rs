@@ -33,6 +33,8 @@ pub struct ChildKind {
     pub store: Store<DynamicObject>,
     /// The cached children of each custom resource.
     pub owners: Arc<OwnerIndex>,
+    /// What the cache keeps of these children (answers of writes are trimmed alike).
+    pub keep: Arc<crate::rules::keep::Keep>,
 }
 
 /// Everything a reconcile of one rule's custom resources needs.

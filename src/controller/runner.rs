@@ -470,7 +470,12 @@ async fn run(
         let child_resource = k.resource.clone();
         let child_relist = Relist::default();
         // Only what reconcile, status and pruning read of each child stays in memory.
-        let keep = crate::rules::keep::for_kind(&rule, &k.resource.api_version, &k.resource.kind);
+        let keep = Arc::new(crate::rules::keep::for_kind(
+            &rule,
+            &k.resource.api_version,
+            &k.resource.kind,
+        ));
+        let cache_keep = keep.clone();
         let stream = watcher(
             api,
             watcher::Config::default()
@@ -494,6 +499,7 @@ async fn run(
             resolved: k.clone(),
             store,
             owners,
+            keep: cache_keep,
         });
     }
 

@@ -161,7 +161,13 @@ impl Walk<'_> {
 
     fn node(&mut self, old: &Value, new: &Value, path: &[&str]) {
         let open = |s: &Value| s["x-kubernetes-preserve-unknown-fields"] == true;
-        if old["type"] != new["type"] && !(old["type"] == "integer" && new["type"] == "number") {
+        // An integer or a string field made int-or-string takes what it took before.
+        let widened_to_int_or_string = new["x-kubernetes-int-or-string"] == true
+            && (old["type"] == "integer" || old["type"] == "string");
+        if old["type"] != new["type"]
+            && !(old["type"] == "integer" && new["type"] == "number")
+            && !widened_to_int_or_string
+        {
             if !new["type"].is_null() || !open(new) {
                 self.push(
                     path,
@@ -399,5 +405,19 @@ mod tests {
         assert_eq!(breaking_changes(&old, &new, Some(&stored)), vec![]);
         let stored = [json!({"apiVersion": "x.io/v1", "spec": {"a": 1, "old": "v"}})];
         assert_eq!(breaking_changes(&old, &new, Some(&stored)).len(), 1);
+    }
+
+    #[test]
+    fn a_field_made_int_or_string_is_a_widening_and_the_reverse_is_not() {
+        let crd = |size: Value| {
+            json!({"spec": {"names": {"kind": "C"}, "scope": "Namespaced", "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {"size": size}}}}}}]}})
+        };
+        let int = crd(json!({"type": "integer"}));
+        let ios = crd(
+            json!({"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": true}),
+        );
+        assert_eq!(breaking_changes(&int, &ios, Some(&[])), vec![]);
+        assert_eq!(breaking_changes(&ios, &int, Some(&[])).len(), 1);
     }
 }

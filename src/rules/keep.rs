@@ -97,10 +97,13 @@ fn of_literal(v: &Value) -> Keep {
     }
 }
 
-/// What readiness and pruning read of every child, besides what the templates write.
+/// What readiness and pruning read of every child, besides what the templates write
+/// (`spec.replicas`, `spec.type`, `status`).
 fn always() -> Keep {
     let mut spec = BTreeMap::new();
+    // Read by the built-in readiness of Deployments and StatefulSets, and of Services.
     spec.insert("replicas".to_string(), Keep::All);
+    spec.insert("type".to_string(), Keep::All);
     let mut fields = BTreeMap::new();
     fields.insert("spec".to_string(), Keep::Fields(spec));
     fields.insert("status".to_string(), Keep::All);
@@ -124,8 +127,9 @@ fn read_freely(rule: &CompiledRule, ix: usize) -> bool {
             text,
             ..
         } if *i == ix => {
-            let rest = text.trim_start_matches('$').trim_start_matches('.');
-            !narrow(rest)
+            // `$..x` reaches anywhere: the kind is read freely.
+            let rest = text.trim_start_matches('$');
+            rest.contains("..") || !narrow(rest.trim_start_matches('.'))
         }
         _ => false,
     });
@@ -197,10 +201,12 @@ mod tests {
                 "template": {"spec": {"containers": [{"name": "app", "image": "nginx", "ports": [{"containerPort": 80}]}]}}},
                 "status": {"readyReplicas": 2, "conditions": [{"type": "Available"}]}})
         );
-        let mut svc =
-            json!({"spec": {"clusterIP": "10.0.0.1", "ports": [{"port": 80, "targetPort": 80}]}});
+        let mut svc = json!({"spec": {"clusterIP": "10.0.0.1", "type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 80}]}});
         for_kind(&r, "v1", "Service").apply(&mut svc);
-        assert_eq!(svc, json!({"spec": {"ports": [{"port": 80}]}}));
+        assert_eq!(
+            svc,
+            json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}})
+        );
     }
 
     #[test]
@@ -212,6 +218,11 @@ mod tests {
         assert_eq!(for_kind(&rule(&observed), "v1", "Service"), Keep::All);
         let path = RULE.replace("$.status.readyReplicas", "$.spec.template");
         assert_eq!(for_kind(&rule(&path), "apps/v1", "Deployment"), Keep::All);
+        let descent = RULE.replace("$.status.readyReplicas", "$..status.readyReplicas");
+        assert_eq!(
+            for_kind(&rule(&descent), "apps/v1", "Deployment"),
+            Keep::All
+        );
         let expr = RULE.replace(
             "    - {name: ready, from: d, path: $.status.readyReplicas, type: integer}\n",
             "    - {name: ready, value: children.d.spec.paused, type: boolean}\n",

@@ -115,6 +115,9 @@ fn yaml_value(text: &str) -> Value {
 
 /// Whether `v` is of the schema's type (for defaults and enum values).
 fn admits(schema: &Value, v: &Value) -> bool {
+    if schema["x-kubernetes-int-or-string"] == true {
+        return v.is_string() || v.is_i64() || v.is_u64();
+    }
     match schema["type"].as_str() {
         Some("string") => v.is_string(),
         Some("integer") => v.is_i64() || v.is_u64(),
@@ -158,10 +161,11 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
                     yaml_value(&value)
                 };
                 if !admits(&schema, &v) {
-                    return Err(bad(format!(
-                        "default {v} is not of type {}",
-                        schema["type"]
-                    )));
+                    let want = match schema["x-kubernetes-int-or-string"] == true {
+                        true => "an integer or a string (quote it: `default=\"0.5\"`)".to_string(),
+                        false => format!("of type {}", schema["type"]),
+                    };
+                    return Err(bad(format!("default {v} is not {want}")));
                 }
                 schema["default"] = v;
             }
@@ -183,7 +187,16 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
             "minimum" | "maximum" | "minLength" | "maxLength" | "minItems" | "maxItems" => {
                 schema[key.as_str()] = number()?;
             }
-            "pattern" | "format" | "description" => schema[key.as_str()] = Value::String(value),
+            "pattern" => {
+                // The API server compiles it as an RE2 expression, close to this crate's.
+                if let Err(e) = regex::Regex::new(&value) {
+                    return Err(bad(format!(
+                        "`pattern={value}` is not a regular expression: {e}"
+                    )));
+                }
+                schema["pattern"] = Value::String(value);
+            }
+            "format" | "description" => schema[key.as_str()] = Value::String(value),
             "nullable" => schema["nullable"] = Value::Bool(value == "true"),
             // CEL on this field (`self` is its value); each `rule=` is one validation,
             // and a `message=` after it is that validation's message.
@@ -654,5 +667,11 @@ mod tests {
         assert!(e.problem.contains("belongs to the `rule=`"), "{e:?}");
         let e = field("string | pattern=^[a-z]+$ default=ABC", "spec.db").unwrap_err();
         assert!(e.problem.contains("does not match"), "{e:?}");
+        let e = field("quantity | default=0.5", "spec.cpu").unwrap_err();
+        assert!(e.problem.contains("not an integer or a string"), "{e:?}");
+        assert!(field("int-or-string | default=true", "spec.port").is_err());
+        assert!(field("int-or-string | default=8080", "spec.port").is_ok());
+        let e = field("string | pattern=[a-", "spec.db").unwrap_err();
+        assert!(e.problem.contains("not a regular expression"), "{e:?}");
     }
 }

@@ -110,6 +110,9 @@ pub struct Check<'a> {
 }
 
 fn type_of(s: &Value) -> Option<&str> {
+    if s["x-kubernetes-int-or-string"] == true {
+        return Some("integer or string");
+    }
     s["type"].as_str()
 }
 
