@@ -111,13 +111,15 @@ async fn a_low_qps_is_honoured_over_every_window() {
         "ruleop's requests were recorded: {}",
         at.len()
     );
-    // Over every window [a, b]: at most BURST + QPS × (b - a) requests, with one request of
-    // slack for the time between the client's token and the server's clock.
+    // Over every window [a, b]: at most BURST + QPS × (b - a) requests, with three requests
+    // of slack for the time between the client's token and the server's clock (requests
+    // delayed on the way may arrive together). Unlimited, ruleop sends them all within a
+    // second or two.
     let mut worst = (0.0f64, 0usize, 0.0f64);
     for i in 0..at.len() {
         for j in i..at.len() {
             let (count, span) = (j - i + 1, at[j] - at[i]);
-            let allowed = BURST as f64 + QPS * span + 1.0;
+            let allowed = BURST as f64 + QPS * span + 3.0;
             if count as f64 - allowed > worst.0 {
                 worst = (count as f64 - allowed, count, span);
             }
