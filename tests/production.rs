@@ -744,3 +744,47 @@ async fn deploy_applies_cleanly_and_the_operators_pods_are_scheduled() {
         None,
     );
 }
+
+#[tokio::test]
+async fn a_repeated_event_becomes_a_series_on_the_first() {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use kube::runtime::events::{Event, EventType, Reporter};
+    let client = common::client().await;
+    let ns = common::namespace(&client, "prod-events").await;
+    let publisher = ruleop::controller::recorder::Publisher::new(
+        client.clone(),
+        Reporter {
+            controller: "ruleop-test".into(),
+            instance: None,
+        },
+    );
+    let reference = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("ConfigMap".into()),
+        namespace: Some(ns.clone()),
+        name: Some("x".into()),
+        ..Default::default()
+    };
+    let event = |note: &str| Event {
+        type_: EventType::Normal,
+        reason: "Applied".into(),
+        note: Some(note.into()),
+        action: "Apply".into(),
+        secondary: None,
+    };
+    for note in ["again", "again", "again", "other"] {
+        publisher.publish(&event(note), &reference).await.unwrap();
+    }
+    let api: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(client, &ns);
+    let events = api.list(&Default::default()).await.unwrap().items;
+    let count = |note: &str| {
+        events
+            .iter()
+            .find(|e| e.note.as_deref() == Some(note))
+            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+    };
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(count("again"), Some(3), "one Event, a series of three");
+    assert_eq!(count("other"), Some(1));
+    common::delete_namespace(&ns);
+}

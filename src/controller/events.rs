@@ -10,7 +10,7 @@
 
 use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -74,7 +74,7 @@ impl EventQueue {
     /// Starts the publishing task of `rule`, publishing with `recorder` while `fence`
     /// holds (an Event is a write too: a replica that lost leadership posts none).
     pub fn start(
-        recorder: Recorder,
+        recorder: super::recorder::Publisher,
         metrics: Arc<Metrics>,
         rule: String,
         fence: Arc<super::leader::Fence>,

@@ -14,6 +14,7 @@ pub mod limiter;
 pub mod openapi;
 pub mod owners;
 pub mod reconcile;
+pub mod recorder;
 pub mod relist;
 pub mod reload;
 pub mod runner;

@@ -533,7 +533,7 @@ async fn run(
         metrics: opts.metrics.clone(),
         events: opts.events,
         events_out: EventQueue::start(
-            kube::runtime::events::Recorder::new(client.clone(), opts.reporter.clone()),
+            super::recorder::Publisher::new(client.clone(), opts.reporter.clone()),
             opts.metrics.clone(),
             rule.name.clone(),
             opts.fence.clone(),
