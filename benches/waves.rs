@@ -579,8 +579,17 @@ fn start(system: &str, kc: &str) -> Result<Option<Child>, String> {
         std::fs::File::create(logs.join(format!("{system}.log"))).map_err(|e| e.to_string())?;
     let mut cmd = match system {
         "floor" | "floor+conditions" => return Ok(None),
-        "ruleop" | "ruleop-warnings" | "ruleop-c64" | "ruleop-1t" => {
-            let mut c = Command::new(format!("{ROOT}/target/release/ruleop"));
+        "ruleop" | "ruleop-warnings" | "ruleop-c64" | "ruleop-1t" | "ruleop-before" => {
+            // `ruleop-before`: a binary of an earlier commit, put in target/bench/bin by
+            // hand, for a side-by-side measure of a change.
+            let bin = match system {
+                "ruleop-before" => format!("{ROOT}/target/bench/bin/ruleop-before"),
+                _ => format!("{ROOT}/target/release/ruleop"),
+            };
+            if !Path::new(&bin).exists() {
+                return Err(format!("{bin} not there"));
+            }
+            let mut c = Command::new(bin);
             c.args([
                 "run",
                 "--rules",

@@ -1,5 +1,6 @@
 //! Scale runs (`RULEOP_BENCH_SCALE=1000,3000,10000`): at each N, the floor, ruleop and
-//! controller-runtime (floor, ruleop, floor, controller-runtime, floor), one round; the
+//! controller-runtime (floor, ruleop, floor, controller-runtime, floor; or the systems of
+//! `RULEOP_BENCH_SYSTEMS`), one round; the
 //! create and update waves as ratios to the floor at that N (the control plane itself
 //! grows faster than linearly), peak RSS, RSS per cached object, CPU seconds, and the
 //! growth exponent of each from the smallest N to the largest (1.0 = linear). Then, at the
@@ -66,7 +67,9 @@ pub async fn main(sizes: Vec<usize>, steady: u64) {
     let latency_only = std::env::var("RULEOP_BENCH_LATENCY").as_deref() == Ok("only");
     for &n in sizes.iter().filter(|_| !latency_only) {
         let mut floor_prev = run_system("floor", n, 0).await.ok();
-        for system in ["ruleop", "controller-runtime"] {
+        let systems = std::env::var("RULEOP_BENCH_SYSTEMS")
+            .unwrap_or_else(|_| "ruleop,controller-runtime".into());
+        for system in systems.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             eprintln!("bench scale: {system} with N={n} ...");
             let f = match run_system(system, n, steady).await {
                 Ok(f) => f,
@@ -182,7 +185,13 @@ fn print_points(points: &[Point], sizes: &[usize]) {
         "| system | create time k | create time k less the floor's (ratio k + 1) | update time k | CPU k (above idle) | RSS k (above idle) | KiB RSS per cached object |"
     );
     println!("|---|---|---|---|---|---|---|");
-    for system in ["floor", "ruleop", "controller-runtime"] {
+    let mut systems: Vec<&str> = Vec::new();
+    for p in points {
+        if !systems.contains(&p.system.as_str()) {
+            systems.push(&p.system);
+        }
+    }
+    for system in systems {
         let at = |n: usize| points.iter().find(|p| p.system == system && p.n == n);
         let (Some(a), Some(b)) = (at(lo), at(hi)) else {
             continue;
