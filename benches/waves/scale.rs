@@ -8,7 +8,9 @@
 //! ready), the latency users feel, per system: with N WebSites in place (replicas 0, so
 //! kwok runs no pods for them) and nothing else happening, one more WebSite (replicas 1)
 //! every 100 ms for a minute, from create to ready (status.readyReplicas = 1 at the
-//! current generation: ruleop's `Ready=True`); and the API server's own request latency
+//! current generation: ruleop's `Ready=True`; `RULEOP_BENCH_LATENCY=only` runs this part
+//! alone, `=0` skips it, `RULEOP_BENCH_LATENCY_SYSTEMS` names the systems); and the API
+//! server's own request latency
 //! (p99 of apiserver_request_duration_seconds, long-running requests excluded) over the
 //! minute after the system restarts with all of them in place (its resync).
 
@@ -125,7 +127,9 @@ pub async fn main(sizes: Vec<usize>, steady: u64) {
     if let Some(&n) = sizes.iter().max()
         && std::env::var("RULEOP_BENCH_LATENCY").as_deref() != Ok("0")
     {
-        for system in ["ruleop", "controller-runtime"] {
+        let systems = std::env::var("RULEOP_BENCH_LATENCY_SYSTEMS")
+            .unwrap_or_else(|_| "ruleop,controller-runtime".into());
+        for system in systems.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             eprintln!("bench scale: latency of {system} with {n} WebSites in place ...");
             match latency(system, n).await {
                 Ok(l) => latencies.push(l),
@@ -138,12 +142,15 @@ pub async fn main(sizes: Vec<usize>, steady: u64) {
     write(&points, &latencies);
 }
 
+/// Writes the figures so far: target/bench/scale.json (latency.json when only the latency
+/// runs, so as not to overwrite the scale figures).
 fn write(points: &[Point], latencies: &[Latency]) {
     let dir = Path::new(ROOT).join("target/bench");
     let _ = std::fs::create_dir_all(&dir);
     let doc = json!({"points": points, "latency": latencies});
+    let only = std::env::var("RULEOP_BENCH_LATENCY").as_deref() == Ok("only");
     let _ = std::fs::write(
-        dir.join("scale.json"),
+        dir.join(if only { "latency.json" } else { "scale.json" }),
         serde_json::to_string_pretty(&doc).unwrap_or_default(),
     );
 }
