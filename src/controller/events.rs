@@ -6,7 +6,9 @@
 //! reason and note) is folded into it instead of queued twice (the Recorder then counts a
 //! repeat as a series, one write). Only beyond that capacity are Events dropped, and
 //! counted (`ruleop_events_dropped_total`). One publisher per rule sends one Event at a
-//! time, so Events take a small share of the client's rate limit.
+//! time, and all of them together at most `--event-qps` per second, so that when
+//! thousands of resources change at once their Events trail behind the writes that make
+//! them converge instead of competing with them.
 
 use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -78,12 +80,18 @@ impl EventQueue {
         metrics: Arc<Metrics>,
         rule: String,
         fence: Arc<super::leader::Fence>,
+        pace: Option<Arc<super::limiter::Pace>>,
     ) -> EventQueue {
         let recorder = Arc::new(recorder);
         Self::start_with(QUEUE_CAPACITY, metrics, rule, move |ev, reference| {
             let recorder = recorder.clone();
             let fence = fence.clone();
+            let pace = pace.clone();
             async move {
+                // Events trail behind the writes that make resources converge.
+                if let Some(p) = pace {
+                    p.wait().await;
+                }
                 if !fence.holds() {
                     return;
                 }

@@ -15,6 +15,17 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 use tower::{Layer, Service};
 
+/// A bucket of `burst` tokens refilled at `per_second`; None when that is 0 or less, or
+/// not a number (no limit). A burst of 0 is taken as 1.
+fn quota(per_second: f64, burst: u32) -> Option<Quota> {
+    if !per_second.is_finite() || per_second <= 0.0 {
+        return None;
+    }
+    let period = Duration::try_from_secs_f64(1.0 / per_second).ok()?;
+    let burst = NonZeroU32::new(burst.max(1))?;
+    Some(Quota::with_period(period.max(Duration::from_nanos(1)))?.allow_burst(burst))
+}
+
 /// The token bucket and where it reports.
 pub struct Limiter {
     bucket: DefaultDirectRateLimiter,
@@ -25,16 +36,27 @@ impl Limiter {
     /// A bucket of `burst` tokens refilled at `qps` per second; None when `qps` is 0 or
     /// less (no limit), or not a number.
     pub fn new(qps: f64, burst: u32, metrics: Arc<Metrics>) -> Option<Arc<Limiter>> {
-        if !qps.is_finite() || qps <= 0.0 {
-            return None;
-        }
-        let period = Duration::try_from_secs_f64(1.0 / qps).ok()?;
-        let burst = NonZeroU32::new(burst.max(1))?;
-        let quota = Quota::with_period(period.max(Duration::from_nanos(1)))?.allow_burst(burst);
         Some(Arc::new(Limiter {
-            bucket: RateLimiter::direct(quota),
+            bucket: RateLimiter::direct(quota(qps, burst)?),
             metrics,
         }))
+    }
+}
+
+/// A plain token bucket for work that is to go at a steady pace (Events).
+pub struct Pace(DefaultDirectRateLimiter);
+
+impl Pace {
+    /// `per_second` on average, `burst` at once; None when `per_second` is 0 or less.
+    pub fn new(per_second: f64, burst: u32) -> Option<Arc<Pace>> {
+        Some(Arc::new(Pace(RateLimiter::direct(quota(
+            per_second, burst,
+        )?))))
+    }
+
+    /// Waits for the next turn.
+    pub async fn wait(&self) {
+        self.0.until_ready().await;
     }
 }
 
@@ -148,6 +170,25 @@ mod tests {
         assert_eq!(metrics.client_requests.get(), 25);
         let waited = metrics.limiter_wait.get();
         assert!((1.8..2.6).contains(&waited), "waited {waited} s");
+    }
+
+    #[tokio::test]
+    async fn a_pace_lets_a_burst_go_then_keeps_its_rate() {
+        let pace = Pace::new(20.0, 10).unwrap();
+        let start = Instant::now();
+        for _ in 0..10 {
+            pace.wait().await;
+        }
+        assert!(start.elapsed() < Duration::from_millis(50), "the burst");
+        for _ in 0..10 {
+            pace.wait().await;
+        }
+        let t = start.elapsed();
+        assert!(
+            t >= Duration::from_millis(400) && t < Duration::from_millis(900),
+            "10 more at 20/s: {t:?}"
+        );
+        assert!(Pace::new(0.0, 10).is_none());
     }
 
     #[test]

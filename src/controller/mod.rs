@@ -49,6 +49,11 @@ pub struct RunArgs {
     /// Requests that may go at once above `--qps` (the bucket's size).
     #[arg(long, default_value_t = 2000)]
     pub burst: u32,
+    /// Events published per second, all rules together, after a burst of 100: when
+    /// thousands of resources change at once, their Events trail behind the writes that
+    /// make them converge. 0: as fast as the client allows.
+    #[arg(long, default_value_t = 20.0)]
+    pub event_qps: f64,
     /// Seconds between checks of a healthy custom resource with no event.
     #[arg(long, default_value_t = 600)]
     pub resync_seconds: u64,
@@ -269,6 +274,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         fence,
         state_namespace: args.lease_namespace.clone(),
         install_crds: args.install_crds,
+        event_pace: limiter::Pace::new(args.event_qps, 100),
     };
     let mut sup = Supervisor::new(client.clone(), opts, metrics.clone(), health.clone());
     sup.set_desired(initial);

@@ -51,6 +51,8 @@ pub struct Options {
     pub state_namespace: String,
     /// Install each rule's CRD from its schema when it starts.
     pub install_crds: bool,
+    /// Paces the publishing of Events (all rules share it); None: unpaced.
+    pub event_pace: Option<Arc<super::limiter::Pace>>,
 }
 
 /// An API for `ar` in the configured scope.
@@ -537,6 +539,7 @@ async fn run(
             opts.metrics.clone(),
             rule.name.clone(),
             opts.fence.clone(),
+            opts.event_pace.clone(),
         ),
         fence: opts.fence.clone(),
         synced: synced.clone(),
