@@ -1,20 +1,10 @@
 //! `ruleop check` and `ruleop render` work with no cluster, and every error names the
 //! file, the rule, the child and the line.
 
-use std::process::Command;
+mod common;
 
 fn ruleop(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ruleop"))
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("running ruleop");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::ruleop_cli(args, false)
 }
 
 #[test]

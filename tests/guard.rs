@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Cluster, Operator, eventually};
+use common::{Operator, eventually};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -56,22 +56,8 @@ fn websites(ns: &str, n: usize) -> String {
 #[tokio::test]
 async fn a_low_qps_is_honoured_over_every_window() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("audit-policy.yaml");
-    std::fs::write(&policy, POLICY).unwrap();
-    let audit = dir.path().join("audit.log");
-    let extra = format!(
-        "--audit-policy-file {} --audit-log-path {}",
-        policy.display(),
-        audit.display()
-    );
     let ns = "guarded";
-    let c = Cluster::with_websites_env(
-        ns,
-        &[
-            ("RULEOP_APISERVER_EXTRA_ARGS", &extra),
-            ("RULEOP_MINIMAL", "1"),
-        ],
-    );
+    let (c, audit) = common::cluster_with_audit(ns, POLICY, dir.path(), &[("RULEOP_MINIMAL", "1")]);
     let op = Operator::start_with_env(
         ns,
         &["rules/website.yaml"],
@@ -105,7 +91,7 @@ async fn a_low_qps_is_honoured_over_every_window() {
         (ok && out.split_whitespace().count() == n).then_some(())
     })
     .await;
-    let at = requests_by(audit.to_str().unwrap(), "limited");
+    let at = requests_by(&audit, "limited");
     assert!(
         at.len() >= 3 * n,
         "ruleop's requests were recorded: {}",

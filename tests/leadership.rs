@@ -69,17 +69,8 @@ fn website(ns: &str, name: &str, replicas: u32) -> String {
 #[tokio::test]
 async fn a_leader_cut_off_stops_writing_at_its_renew_deadline_and_the_standby_takes_over() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("audit-policy.yaml");
-    std::fs::write(&policy, POLICY).unwrap();
-    let audit = dir.path().join("audit.log");
-    let extra = format!(
-        "--audit-policy-file {} --audit-log-path {}",
-        policy.display(),
-        audit.display()
-    );
     let ns = "fenced";
-    let c = Cluster::with_websites_env(ns, &[("RULEOP_APISERVER_EXTRA_ARGS", &extra)]);
-    let audit = audit.to_str().unwrap().to_string();
+    let (c, audit) = common::cluster_with_audit(ns, POLICY, dir.path(), &[]);
 
     // `one` reaches the API server through a proxy that can cut it off; `two` directly.
     let (proxy, proxied) = common::proxy::proxied_kubeconfig(&c.kubeconfig, dir.path()).await;

@@ -113,16 +113,7 @@ async fn install_crds_creates_applies_additive_changes_and_refuses_breaking_ones
 
 /// Runs the ruleop command line against the test cluster: (exit code, stdout, stderr).
 fn ruleop(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("running ruleop");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::ruleop_cli(args, true)
 }
 
 #[tokio::test]

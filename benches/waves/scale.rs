@@ -6,7 +6,8 @@
 //! growth exponent of each from the smallest N to the largest (1.0 = linear). Then, at the
 //! largest N, on a full control plane (controller-manager, scheduler, kwok making pods
 //! ready), the latency users feel, per system: with N WebSites in place (replicas 0, so
-//! kwok runs no pods for them) and nothing else happening, one more WebSite (replicas 1)
+//! kwok runs no pods for them) and nothing else happening (the API server down to fewer
+//! than 2 writes per second, besides Leases and nodes), one more WebSite (replicas 1)
 //! every 100 ms for a minute, from create to ready (status.readyReplicas = 1 at the
 //! current generation: ruleop's `Ready=True`; `RULEOP_BENCH_LATENCY=only` runs this part
 //! alone, `=0` skips it, `RULEOP_BENCH_LATENCY_SYSTEMS` names the systems); and the API
@@ -310,6 +311,30 @@ fn ready(o: &DynamicObject) -> bool {
         && s["readyReplicas"].as_i64().unwrap_or(0) >= want
 }
 
+/// Waits (at most 20 minutes) until the API server takes fewer than 2 writes per second
+/// over 10 s, all clients, the resources (not the Leases and nodes) counted.
+async fn settle(c: &Client) {
+    let total = |t: &str| -> f64 {
+        writes(t)
+            .into_iter()
+            .filter(|((resource, _, _), _)| !matches!(resource.as_str(), "leases" | "nodes"))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let start = Instant::now();
+    let mut before = total(&api_metrics(c).await);
+    while start.elapsed() < Duration::from_secs(1200) {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let now = total(&api_metrics(c).await);
+        if now - before < 20.0 {
+            eprintln!("  settled after {:.0} s", start.elapsed().as_secs_f64());
+            return;
+        }
+        before = now;
+    }
+    eprintln!("  not settled after 20 minutes; measuring anyway");
+}
+
 async fn latency(system: &str, n: usize) -> Result<Latency, String> {
     let kc = fresh_cluster_with(system, false)?;
     let c = client(&kc).await;
@@ -358,8 +383,11 @@ async fn latency(system: &str, n: usize) -> Result<Latency, String> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // Nothing else happens for a while, then one more every 100 ms for a minute.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Nothing else happens: the control plane has digested them (the controller-manager
+    // made every ReplicaSet, the system wrote every status that follows) when the API
+    // server takes fewer than 2 writes per second (Leases and node heartbeats go on).
+    settle(&c).await;
+    // Then one more every 100 ms for a minute.
     let mut created_at = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     for i in 0..600 {

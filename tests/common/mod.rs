@@ -526,3 +526,41 @@ pub fn website_with_typed_children(
     );
     site
 }
+
+/// Runs the ruleop command line in the project's folder: (exit code, stdout, stderr).
+/// `cluster: false` hides the kubeconfig (the offline commands must not need one).
+pub fn ruleop_cli(args: &[&str], cluster: bool) -> (i32, String, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"));
+    cmd.args(args).current_dir(env!("CARGO_MANIFEST_DIR"));
+    if !cluster {
+        cmd.env_remove("KUBECONFIG");
+    }
+    let out = cmd.output().expect("running ruleop");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A cluster of its own with the WebSite CRD and namespace `ns`, its API server writing an
+/// audit log by `policy` into `dir`; gives the cluster and the log's path.
+pub fn cluster_with_audit(
+    ns: &str,
+    policy: &str,
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (Cluster, String) {
+    let policy_file = dir.join("audit-policy.yaml");
+    std::fs::write(&policy_file, policy).unwrap();
+    let audit = dir.join("audit.log");
+    let extra = format!(
+        "--audit-policy-file {} --audit-log-path {}",
+        policy_file.display(),
+        audit.display()
+    );
+    let mut all = vec![("RULEOP_APISERVER_EXTRA_ARGS", extra.as_str())];
+    all.extend_from_slice(env);
+    let c = Cluster::with_websites_env(ns, &all);
+    (c, audit.to_str().unwrap().to_string())
+}
