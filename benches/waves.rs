@@ -59,6 +59,8 @@ struct Figures {
     /// growth is of what comes on top).
     idle_rss_mib: Option<f64>,
     idle_cpu_seconds: Option<f64>,
+    /// RSS at the end of the run (after the steady window): what stays, against the peak.
+    end_rss_mib: Option<f64>,
     note: String,
 }
 
@@ -571,6 +573,19 @@ fn proc_figures(pid: u32) -> (Option<f64>, Option<f64>) {
     (rss, cpu)
 }
 
+/// The process's resident memory now (VmRSS), MiB.
+fn current_rss(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
 /// Starts a system; None for the floor. Err explains why it cannot run here.
 fn start(system: &str, kc: &str) -> Result<Option<Child>, String> {
     let logs = Path::new(ROOT).join("target/bench/logs");
@@ -824,6 +839,7 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
         .as_ref()
         .map(|p| proc_figures(p.id()))
         .unwrap_or((None, None));
+    let end_rss_mib = proc_.as_ref().and_then(|p| current_rss(p.id()));
     for w in watches {
         w.abort();
     }
@@ -845,6 +861,7 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
         cpu_seconds: cpu,
         idle_rss_mib,
         idle_cpu_seconds,
+        end_rss_mib,
         ..Default::default()
     })
 }

@@ -31,6 +31,8 @@ struct Point {
     /// Peak RSS and CPU seconds above those after start-up (what the resources cost).
     rss_above_idle_mib: Option<f64>,
     cpu_above_idle_seconds: Option<f64>,
+    idle_rss_mib: Option<f64>,
+    end_rss_mib: Option<f64>,
     steady_writes_per_minute: f64,
     events_per_cr: f64,
 }
@@ -97,6 +99,8 @@ pub async fn main(sizes: Vec<usize>, steady: u64) {
                 cpu_seconds: f.cpu_seconds,
                 rss_above_idle_mib: f.peak_rss_mib.zip(f.idle_rss_mib).map(|(p, i)| p - i),
                 cpu_above_idle_seconds: f.cpu_seconds.zip(f.idle_cpu_seconds).map(|(c, i)| c - i),
+                idle_rss_mib: f.idle_rss_mib,
+                end_rss_mib: f.end_rss_mib,
                 steady_writes_per_minute: f.steady_writes_per_minute,
                 events_per_cr: f.events_per_cr,
             };
@@ -113,6 +117,8 @@ pub async fn main(sizes: Vec<usize>, steady: u64) {
                     cpu_seconds: None,
                     rss_above_idle_mib: None,
                     cpu_above_idle_seconds: None,
+                    idle_rss_mib: None,
+                    end_rss_mib: None,
                     steady_writes_per_minute: f64::NAN,
                     events_per_cr: 0.0,
                 });
@@ -159,12 +165,12 @@ fn write(points: &[Point], latencies: &[Latency]) {
 fn print_points(points: &[Point], sizes: &[usize]) {
     println!("\nScale: one round per N; each system between two floor runs at that N\n");
     println!(
-        "| system | N | create s | create ratio | update s | update ratio | steady writes/min | events/CR | peak RSS MiB | CPU s |"
+        "| system | N | create s | create ratio | update s | update ratio | steady writes/min | events/CR | peak RSS MiB | RSS at start / end MiB | CPU s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for p in points {
         println!(
-            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.2} | {} | {} |",
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.2} | {} | {} / {} | {} |",
             p.system,
             p.n,
             p.create_seconds,
@@ -177,6 +183,8 @@ fn print_points(points: &[Point], sizes: &[usize]) {
             ),
             p.events_per_cr,
             opt(p.peak_rss_mib, 1),
+            opt(p.idle_rss_mib, 1),
+            opt(p.end_rss_mib, 1),
             opt(p.cpu_seconds, 2)
         );
     }
