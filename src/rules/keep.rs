@@ -216,33 +216,31 @@ mod tests {
             "      spec: {ports: [{port: 80}]}\n  - id: c\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {name: \"{{ name }}\"}\n      data: {ip: \"{{ observed.s.spec.clusterIP }}\"}\n",
         );
         assert_eq!(for_kind(&rule(&observed), "v1", "Service"), Keep::All);
-        let path = RULE.replace("$.status.readyReplicas", "$.spec.template");
-        assert_eq!(for_kind(&rule(&path), "apps/v1", "Deployment"), Keep::All);
-        let descent = RULE.replace("$.status.readyReplicas", "$..status.readyReplicas");
-        assert_eq!(
-            for_kind(&rule(&descent), "apps/v1", "Deployment"),
-            Keep::All
-        );
-        let expr = RULE.replace(
-            "    - {name: ready, from: d, path: $.status.readyReplicas, type: integer}\n",
-            "    - {name: ready, value: children.d.spec.paused, type: boolean}\n",
-        );
-        assert_eq!(for_kind(&rule(&expr), "apps/v1", "Deployment"), Keep::All);
-        let status_only = RULE.replace(
-            "    - {name: ready, from: d, path: $.status.readyReplicas, type: integer}\n",
-            "    - {name: ready, value: children.d.status.readyReplicas, type: integer}\n",
-        );
-        assert_ne!(
-            for_kind(&rule(&status_only), "apps/v1", "Deployment"),
-            Keep::All
-        );
-        let ready_when = RULE.replace(
-            "  - id: s\n",
-            "    readyWhen: child.spec.paused\n  - id: s\n",
-        );
-        assert_eq!(
-            for_kind(&rule(&ready_when), "apps/v1", "Deployment"),
-            Keep::All
-        );
+        const FIELD: &str =
+            "    - {name: ready, from: d, path: $.status.readyReplicas, type: integer}\n";
+        // (what replaces what, whether the Deployments are then kept whole)
+        let cases = [
+            ("$.status.readyReplicas", "$.spec.template", true),
+            ("$.status.readyReplicas", "$..status.readyReplicas", true),
+            (
+                FIELD,
+                "    - {name: ready, value: children.d.spec.paused, type: boolean}\n",
+                true,
+            ),
+            (
+                FIELD,
+                "    - {name: ready, value: children.d.status.readyReplicas, type: integer}\n",
+                false,
+            ),
+            (
+                "  - id: s\n",
+                "    readyWhen: child.spec.paused\n  - id: s\n",
+                true,
+            ),
+        ];
+        for (from, to, whole) in cases {
+            let keep = for_kind(&rule(&RULE.replace(from, to)), "apps/v1", "Deployment");
+            assert_eq!(keep == Keep::All, whole, "{to}");
+        }
     }
 }
