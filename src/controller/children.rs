@@ -138,22 +138,6 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, cr_uid: &str, children: &[Rende
     round
 }
 
-/// `obj` (an object as JSON) without what the cache does not keep of its kind.
-fn trim(keep: &crate::rules::keep::Keep, obj: &mut Value) {
-    let Some(m) = obj.as_object_mut() else { return };
-    let mut content: serde_json::Map<String, Value> = std::mem::take(m);
-    let head: Vec<(String, Value)> = ["apiVersion", "kind", "metadata"]
-        .iter()
-        .filter_map(|k| content.remove_entry(*k))
-        .collect();
-    let mut rest = Value::Object(content);
-    keep.apply(&mut rest);
-    if let Value::Object(rest) = rest {
-        m.extend(head);
-        m.extend(rest);
-    }
-}
-
 /// Books one write's result into the round.
 fn record(
     ctx: &Ctx,
@@ -164,7 +148,7 @@ fn record(
     result: Result<Outcome, ApplyError>,
     round: &mut Round,
 ) {
-    let (obj, action, reason) = match result {
+    let (mut obj, action, reason) = match result {
         Ok(Outcome::Created(o)) => (o, "create", "Created"),
         Ok(Outcome::Updated(o)) => (o, "update", "Updated"),
         Ok(Outcome::Adopted(o, why)) => {
@@ -193,11 +177,11 @@ fn record(
     // An apply that changed nothing (the server keeps `500m` where we sent `0.5`) is no
     // write: no metric, no Event; the memo keeps the next reconcile from sending it again.
     let changed = live_rv != Some(rv.as_str());
-    let mut obj = serde_json::to_value(&obj).unwrap_or_default();
     // Trimmed as the cache trims it, so the memo compares like with like.
     if let Some((_, kind)) = ctx.child(&c.id) {
-        trim(&kind.keep, &mut obj);
+        kind.keep.apply(&mut obj.data);
     }
+    let obj = serde_json::to_value(&obj).unwrap_or_default();
     let canonical = apply::canonical_hash(&c.object, &obj);
     ctx.memo
         .put(key, Written::now(c.hash.clone(), rv, canonical));

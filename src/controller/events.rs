@@ -3,8 +3,8 @@
 //! enqueues. When thousands of resources change at once, every resource still gets its
 //! Events, late rather than never: the queue holds up to [`QUEUE_CAPACITY`] distinct
 //! Events per rule, and an Event identical to one still waiting (same object, type,
-//! reason and note) is folded into it instead of queued twice (the Recorder then counts a
-//! repeat as a series, one write). Only beyond that capacity are Events dropped, and
+//! reason, action, note and child) is folded into it instead of queued twice (the
+//! publisher then counts a repeat as a series, one write). Only beyond that capacity are Events dropped, and
 //! counted (`ruleop_events_dropped_total`). One publisher per rule sends one Event at a
 //! time, and all of them together at most `--event-qps` per second, so that when
 //! thousands of resources change at once their Events trail behind the writes that make
@@ -12,7 +12,9 @@
 
 use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::Event;
+// Two Events are the same as the publisher tells them apart (it makes a repeat a series).
+use super::recorder::{Key, key};
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -22,30 +24,9 @@ use tokio::sync::Notify;
 /// kind to have one or two waiting: about 0.5 KiB each).
 pub const QUEUE_CAPACITY: usize = 32768;
 
-/// What makes two Events the same: the object, the type, the reason and the note.
-type Key = (String, bool, String, String);
-
-fn key(ev: &Event, reference: &ObjectReference) -> Key {
-    let object = reference.uid.clone().unwrap_or_else(|| {
-        format!(
-            "{}/{}/{}",
-            reference.kind.as_deref().unwrap_or_default(),
-            reference.namespace.as_deref().unwrap_or_default(),
-            reference.name.as_deref().unwrap_or_default()
-        )
-    });
-    let warning = matches!(ev.type_, EventType::Warning);
-    (
-        object,
-        warning,
-        ev.reason.clone(),
-        ev.note.clone().unwrap_or_default(),
-    )
-}
-
 #[derive(Default)]
 struct Pending {
-    queue: VecDeque<(Event, ObjectReference)>,
+    queue: VecDeque<(Key, Event, ObjectReference)>,
     keys: HashSet<Key>,
     closed: bool,
 }
@@ -147,8 +128,8 @@ impl EventQueue {
             tracing::debug!(rule = %self.rule, reason = %ev.reason, "event queue full; event dropped");
             return;
         }
-        p.keys.insert(k);
-        p.queue.push_back((ev, reference));
+        p.keys.insert(k.clone());
+        p.queue.push_back((k, ev, reference));
         drop(p);
         self.shared.wake.notify_one();
     }
@@ -159,8 +140,8 @@ async fn next(s: &Shared) -> Option<(Event, ObjectReference)> {
     loop {
         {
             let mut p = s.pending.lock().ok()?;
-            if let Some((ev, reference)) = p.queue.pop_front() {
-                p.keys.remove(&key(&ev, &reference));
+            if let Some((k, ev, reference)) = p.queue.pop_front() {
+                p.keys.remove(&k);
                 return Some((ev, reference));
             }
             if p.closed {

@@ -15,20 +15,42 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 use tower::{Layer, Service};
 
-/// A bucket of `burst` tokens refilled at `per_second`; None when that is 0 or less, or
-/// not a number (no limit). A burst of 0 is taken as 1.
-fn quota(per_second: f64, burst: u32) -> Option<Quota> {
-    if !per_second.is_finite() || per_second <= 0.0 {
-        return None;
+/// A token bucket: work that is to go at a steady pace (Events), and the client's requests
+/// (inside a [`Limiter`]).
+pub struct Pace(DefaultDirectRateLimiter);
+
+impl Pace {
+    /// `burst` tokens refilled at `per_second`; None when that is 0 or less, or not a
+    /// number (no limit). A burst of 0 is taken as 1.
+    fn bucket(per_second: f64, burst: u32) -> Option<Pace> {
+        if !per_second.is_finite() || per_second <= 0.0 {
+            return None;
+        }
+        let period = Duration::try_from_secs_f64(1.0 / per_second).ok()?;
+        let burst = NonZeroU32::new(burst.max(1))?;
+        let quota = Quota::with_period(period.max(Duration::from_nanos(1)))?.allow_burst(burst);
+        Some(Pace(RateLimiter::direct(quota)))
     }
-    let period = Duration::try_from_secs_f64(1.0 / per_second).ok()?;
-    let burst = NonZeroU32::new(burst.max(1))?;
-    Some(Quota::with_period(period.max(Duration::from_nanos(1)))?.allow_burst(burst))
+
+    /// `per_second` on average, `burst` at once; None when `per_second` is 0 or less.
+    pub fn new(per_second: f64, burst: u32) -> Option<Arc<Pace>> {
+        Self::bucket(per_second, burst).map(Arc::new)
+    }
+
+    /// Takes a token if there is one now.
+    fn take_now(&self) -> bool {
+        self.0.check().is_ok()
+    }
+
+    /// Waits for the next turn.
+    pub async fn wait(&self) {
+        self.0.until_ready().await;
+    }
 }
 
-/// The token bucket and where it reports.
+/// The client's token bucket and where it reports.
 pub struct Limiter {
-    bucket: DefaultDirectRateLimiter,
+    bucket: Pace,
     metrics: Arc<Metrics>,
 }
 
@@ -36,27 +58,8 @@ impl Limiter {
     /// A bucket of `burst` tokens refilled at `qps` per second; None when `qps` is 0 or
     /// less (no limit), or not a number.
     pub fn new(qps: f64, burst: u32, metrics: Arc<Metrics>) -> Option<Arc<Limiter>> {
-        Some(Arc::new(Limiter {
-            bucket: RateLimiter::direct(quota(qps, burst)?),
-            metrics,
-        }))
-    }
-}
-
-/// A plain token bucket for work that is to go at a steady pace (Events).
-pub struct Pace(DefaultDirectRateLimiter);
-
-impl Pace {
-    /// `per_second` on average, `burst` at once; None when `per_second` is 0 or less.
-    pub fn new(per_second: f64, burst: u32) -> Option<Arc<Pace>> {
-        Some(Arc::new(Pace(RateLimiter::direct(quota(
-            per_second, burst,
-        )?))))
-    }
-
-    /// Waits for the next turn.
-    pub async fn wait(&self) {
-        self.0.until_ready().await;
+        let bucket = Pace::bucket(qps, burst)?;
+        Some(Arc::new(Limiter { bucket, metrics }))
     }
 }
 
@@ -100,11 +103,11 @@ where
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         if !self.permitted {
             if self.wait.is_none() {
-                if self.limiter.bucket.check().is_ok() {
+                if self.limiter.bucket.take_now() {
                     self.permitted = true;
                 } else {
                     let l = self.limiter.clone();
-                    let wait: Wait = Box::pin(async move { l.bucket.until_ready().await });
+                    let wait: Wait = Box::pin(async move { l.bucket.wait().await });
                     self.wait = Some((wait, Instant::now()));
                 }
             }

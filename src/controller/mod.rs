@@ -162,10 +162,6 @@ async fn client(
     })
 }
 
-async fn client_unlimited(args: &RunArgs, me: &str) -> Result<kube::Client, RunError> {
-    client(args.watch_timeout_seconds, me, None).await
-}
-
 fn identity(args: &RunArgs) -> String {
     args.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -221,11 +217,11 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let (_watcher, mut changes) = reload::watch(book.paths()).map_err(RunError::Watch)?;
 
     let me = identity(&args);
-    let limiter = limiter::Limiter::new(args.qps, args.burst, metrics.clone());
-    let client = client(args.watch_timeout_seconds, &me, limiter).await?;
     // The Lease is renewed outside the limiter: a busy leader must not lose its Lease
     // waiting behind its own writes.
-    let election_client = client_unlimited(&args, &me).await?;
+    let election_client = client(args.watch_timeout_seconds, &me, None).await?;
+    let limiter = limiter::Limiter::new(args.qps, args.burst, metrics.clone());
+    let client = client(args.watch_timeout_seconds, &me, limiter).await?;
     let addr = admin::serve(args.admin_addr, metrics.clone(), health.clone())
         .await
         .map_err(|source| RunError::Admin {

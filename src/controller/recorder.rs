@@ -20,20 +20,27 @@ const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
 /// How often expired entries are forgotten.
 const GC_EVERY: Duration = Duration::from_secs(60);
 
-/// What makes two Events the same: the object, the type, the reason, the action, the note.
-type Key = (String, bool, String, String, String);
+/// What makes two Events the same: the object, the type, the reason, the action, the note,
+/// and the related object (the child it is about), as kube's `Recorder` keys them, plus
+/// the note. The Event queue folds by the same key.
+pub(super) type Key = (String, bool, String, String, String, String);
 
-fn key(ev: &Event, r: &ObjectReference) -> Key {
-    let object = format!(
+fn reference_key(r: &ObjectReference) -> String {
+    format!(
         "{}/{}/{}/{}",
         r.kind.as_deref().unwrap_or_default(),
         r.namespace.as_deref().unwrap_or_default(),
         r.name.as_deref().unwrap_or_default(),
         r.uid.as_deref().unwrap_or_default()
-    );
+    )
+}
+
+pub(super) fn key(ev: &Event, r: &ObjectReference) -> Key {
     let warning = matches!(ev.type_, EventType::Warning);
     let note = ev.note.clone().unwrap_or_default();
-    (object, warning, ev.reason.clone(), ev.action.clone(), note)
+    let related = ev.secondary.as_ref().map(reference_key).unwrap_or_default();
+    let (reason, action) = (ev.reason.clone(), ev.action.clone());
+    (reference_key(r), warning, reason, action, note, related)
 }
 
 /// A published Event, as much as a repeat needs.
@@ -181,6 +188,7 @@ mod tests {
             "Applied".into(),
             "Apply".into(),
             String::new(),
+            String::new(),
         )
     }
 
@@ -218,5 +226,22 @@ mod tests {
         let t2 = t0 + SERIES_TTL + Duration::from_secs(1);
         assert_eq!(m.repeat(&k("new"), t2), None);
         assert!(m.seen.is_empty());
+    }
+
+    #[test]
+    fn events_about_different_children_are_different_events() {
+        let on = |name: &str| ObjectReference {
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let ev = |child: &str| Event {
+            type_: EventType::Normal,
+            reason: "Pruned".into(),
+            note: Some("pruned".into()),
+            action: "Prune".into(),
+            secondary: Some(on(child)),
+        };
+        assert_eq!(key(&ev("a"), &on("site")), key(&ev("a"), &on("site")));
+        assert_ne!(key(&ev("a"), &on("site")), key(&ev("b"), &on("site")));
     }
 }

@@ -71,10 +71,7 @@ fn of_node(node: &Node) -> Keep {
         }
         Node::Seq(items) => items
             .iter()
-            .map(|i| match i {
-                Node::Each(each) => of_node(&each.1),
-                other => of_node(other),
-            })
+            .map(of_node)
             .reduce(Keep::union)
             .unwrap_or(Keep::All),
         Node::Each(each) => of_node(&each.1),

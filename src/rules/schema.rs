@@ -238,13 +238,19 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
     Ok((schema, required))
 }
 
-/// Why `v` is not a value `schema` allows (its enum and bounds), if it is not.
-pub(crate) fn outside(schema: &Value, v: &Value) -> Option<String> {
+/// Why `v` is not a value `schema` allows (its enum, bounds and pattern), if it is not.
+fn outside(schema: &Value, v: &Value) -> Option<String> {
     if let Some(e) = schema["enum"].as_array()
         && !e.contains(v)
     {
         return Some(format!("is not one of the enum {}", schema["enum"]));
     }
+    out_of_bounds(schema, v)
+}
+
+/// Why `v` is outside the bounds of `schema` (minimum, maximum, lengths, item counts) or
+/// does not match its pattern, if it is.
+pub(crate) fn out_of_bounds(schema: &Value, v: &Value) -> Option<String> {
     let n = |k: &str| schema.get(k).and_then(Value::as_f64);
     let len = v
         .as_str()
