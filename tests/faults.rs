@@ -411,8 +411,7 @@ async fn another_field_manager_is_left_alone_and_nothing_flaps() {
         "ruleop wrote after another manager's edit"
     );
     // The Deployment controller may still write its status; the spec must not move, nor
-    // ruleop's own entry in the managed fields (its create's `Update`, until a change
-    // moves it to `Apply`).
+    // ruleop's own `Apply` entry in the managed fields.
     let ruleop_entry = |d: &Value| {
         d["metadata"]["managedFields"].as_array().and_then(|m| {
             m.iter()
@@ -424,7 +423,11 @@ async fn another_field_manager_is_left_alone_and_nothing_flaps() {
         d1["metadata"]["generation"], d0["metadata"]["generation"],
         "no flapping of the spec"
     );
-    assert!(ruleop_entry(&d0).is_some());
+    assert_eq!(
+        ruleop_entry(&d0).map(|e| e["operation"].clone()),
+        Some(json!("Apply")),
+        "a child ruleop created is its Apply entry's from the start"
+    );
     assert_eq!(ruleop_entry(&d1), ruleop_entry(&d0), "no ruleop write");
     assert_eq!(d1["metadata"]["annotations"]["team"], "payments");
     assert_eq!(d1["spec"]["revisionHistoryLimit"], 3);

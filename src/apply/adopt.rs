@@ -5,7 +5,7 @@
 //! on the child forever. Pure: the live object in, a JSON patch of its managedFields out.
 //!
 //! Which entries move, on the main resource only (never a subresource):
-//! - ruleop's own `Update` entry, made by its `POST` (a create cannot be an apply);
+//! - ruleop's own `Update` entry, made by the `POST` creates of its earlier versions;
 //! - on adoption of an object controlled by the custom resource, the entry of the manager
 //!   that set that controller ownerReference (`f:ownerReferences` `k:{"uid":<resource>}`):
 //!   the operator that made the object for it.

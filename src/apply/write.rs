@@ -4,7 +4,7 @@
 
 use super::{AdoptPolicy, ApplyError, Fence, Refusal, Verdict, adopt, judge};
 use crate::render::{FIELD_MANAGER, Rendered};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::Value;
 
 /// Server-side applies one child, forced, as ruleop's field manager, to the object with
@@ -25,40 +25,36 @@ pub async fn apply(
         .map_err(|e| ApplyError::from_kube(&child.kind, &child.name, e))
 }
 
-/// Creates a child that is not there, with a `POST`: atomic, so an object someone else
-/// made meanwhile is never written to (409 AlreadyExists, [`ApplyError::Exists`]). The
-/// fields are owned by an `Update` entry of ruleop's; the first apply that changes the
-/// child moves them to its `Apply` entry ([`adopt::ownership_transfer`]).
+/// A `resourceVersion` no object has: etcd's revisions start at 1 for the empty store, so
+/// the first object ever written gets 2. An apply carrying it creates a missing object and
+/// is refused (409) by any object of that name.
+const NO_OBJECT_YET: &str = "1";
+
+/// Creates a child that is not there: a server-side apply (so its fields are ruleop's
+/// `Apply` entry from the start) with the precondition [`NO_OBJECT_YET`], which no live
+/// object meets. So the create is atomic: an object someone else made meanwhile is never
+/// written to (409, [`ApplyError::Exists`]).
 pub async fn create(
     api: &Api<DynamicObject>,
     child: &Rendered,
 ) -> Result<DynamicObject, ApplyError> {
-    let obj: DynamicObject =
-        serde_json::from_value(child.object.clone()).map_err(|e| ApplyError::Refused {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let mut body = child.object.clone();
+    if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), NO_OBJECT_YET.into());
+    }
+    match api.patch(&child.name, &params, &Patch::Apply(&body)).await {
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(ApplyError::Exists {
             kind: child.kind.clone(),
             name: child.name.clone(),
-            code: 0,
-            reason: "Decode".into(),
-            message: e.to_string(),
-            class: Refusal::Invalid,
-        })?;
-    let params = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    match api.create(&params, &obj).await {
-        Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
-            Err(ApplyError::Exists {
-                kind: child.kind.clone(),
-                name: child.name.clone(),
-            })
-        }
+        }),
         other => other.map_err(|e| ApplyError::from_kube(&child.kind, &child.name, e)),
     }
 }
 
-/// Whether a live object still has fields owned by ruleop's `Update` entry (made by
-/// [`create`]; the cache keeps that entry, without its fields, as a marker).
+/// Whether a live object still has fields owned by ruleop's `Update` entry (made by the
+/// `POST` creates of earlier versions; the cache keeps that entry, without its fields, as
+/// a marker).
 pub fn has_create_entry(live: &Value) -> bool {
     live.pointer("/metadata/managedFields")
         .and_then(Value::as_array)
@@ -200,7 +196,7 @@ async fn write_existing(
     })
 }
 
-/// Moves the fields of ruleop's own create, and of the operator that made the object for
+/// Moves the fields of ruleop's own earlier `POST` create, and of the operator that made the object for
 /// `controller_uid`, to ruleop's `Apply` entry, on the object with `uid` only.
 async fn take_over_fields(
     api: &Api<DynamicObject>,
