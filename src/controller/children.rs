@@ -14,7 +14,6 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
 /// How a problem is retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,10 +96,7 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, cr_uid: &str, children: &[Rende
             continue;
         };
         let oref = ObjectRef::new_with(&c.name, kind.resolved.resource.clone()).within(ns);
-        let live = kind
-            .store
-            .get(&oref)
-            .and_then(|o| serde_json::to_value(&*o).ok());
+        let live = kind.store.get(&oref).and_then(|o| o.value());
         let claim = Claim {
             cr_uid,
             rule: &ctx.rule.name,
@@ -197,7 +193,7 @@ fn record(
 
 /// The cached objects this resource controls of child kind `kind` (only its own: its
 /// controller ownerReference and the rule's label, which the cache selects on).
-pub(super) fn owned(kind: &ChildKind, ns: &str, uid: &str) -> Vec<Arc<DynamicObject>> {
+pub(super) fn owned(kind: &ChildKind, ns: &str, uid: &str) -> Vec<DynamicObject> {
     let ar = &kind.resolved.resource;
     kind.owners
         .children_of(uid)
@@ -207,6 +203,7 @@ pub(super) fn owned(kind: &ChildKind, ns: &str, uid: &str) -> Vec<Arc<DynamicObj
             kind.store
                 .get(&ObjectRef::new_with(&name, ar.clone()).within(&child_ns))
         })
+        .filter_map(|c| c.object().ok())
         .filter(|o| controller_uid(o) == Some(uid))
         .collect()
 }
@@ -222,7 +219,7 @@ pub fn observe_waiting(ctx: &Ctx, ns: &str, uid: &str, out: &Plan, round: &mut R
         let mut mine: Vec<Value> = owned(kind, ns, uid)
             .into_iter()
             .filter(|o| o.labels().get(CHILD_LABEL) == Some(&w.id))
-            .filter_map(|o| serde_json::to_value(&*o).ok())
+            .filter_map(|o| serde_json::to_value(o).ok())
             .collect();
         if ctx.rule.children[i].each.is_none() {
             if let Some(o) = mine.pop() {
@@ -260,7 +257,7 @@ pub async fn prune_children(
             .filter(|c| c.kind == ar.kind && group_of(&c.api_version) == ar.group)
             .map(|c| c.name.as_str())
             .collect();
-        let stale: Vec<Arc<DynamicObject>> = owned(kind, ns, uid)
+        let stale: Vec<DynamicObject> = owned(kind, ns, uid)
             .into_iter()
             .filter(|o| !keep.contains(o.name_any().as_str()))
             .filter(|o| {

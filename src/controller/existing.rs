@@ -3,6 +3,7 @@
 //! object to the resources that read it, so that creating, changing or deleting a Secret
 //! reconciles exactly the resources that use it.
 
+use super::cached::Cached;
 use super::discovery::Resolved;
 use crate::render::{self, Lookup, RenderError, Scope};
 use crate::rules::CompiledRule;
@@ -16,7 +17,7 @@ use std::sync::Mutex;
 /// A kind of existing object, with its cache.
 pub struct ExistingKind {
     pub resolved: Resolved,
-    pub store: Store<DynamicObject>,
+    pub store: Store<Cached>,
 }
 
 /// (kind index, namespace) → the resources there that read objects of that kind, with
@@ -116,10 +117,7 @@ pub fn resolve(
                 .filter(|o| o.namespace().as_deref() == Some(ns.as_str()))
                 .collect::<Vec<_>>(),
         };
-        objects
-            .iter()
-            .filter_map(|o| serde_json::to_value(&**o).ok())
-            .collect()
+        objects.iter().filter_map(|o| o.value()).collect()
     };
     let (scope, lookups) = render::find_existing(rule, scope, candidates)?;
     readers.record(

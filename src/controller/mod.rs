@@ -2,6 +2,7 @@
 //! campaigns for the leader Lease, runs one controller per rule while leading, reloads
 //! the rules when their files change, and shuts down gracefully on SIGTERM/SIGINT.
 
+pub mod cached;
 pub mod children;
 pub mod crds;
 pub mod deletion;

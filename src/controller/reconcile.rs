@@ -7,6 +7,7 @@ use super::children::{self, Problem, Retry};
 use super::deletion;
 use super::leader::Fence;
 use crate::apply::{self, ApplyError, Memo, ObjectKey};
+use crate::controller::cached::Cached;
 use crate::controller::discovery::Resolved;
 use crate::controller::events::EventQueue;
 use crate::controller::existing::{self, ExistingKind, Readers};
@@ -30,7 +31,7 @@ use std::time::Duration;
 /// A child kind of a rule, with the cache of this rule's children of that kind.
 pub struct ChildKind {
     pub resolved: Resolved,
-    pub store: Store<DynamicObject>,
+    pub store: Store<Cached>,
     /// The cached children of each custom resource.
     pub owners: Arc<OwnerIndex>,
     /// What the cache keeps of these children (answers of writes are trimmed alike).
@@ -52,7 +53,8 @@ pub struct Ctx {
     /// While the cache has not caught up with that write, a reconcile compares with it and
     /// merges its conditions into it (keeping their transition times), instead of taking
     /// the stale cached status for a difference and writing again.
-    pub status_memo: Arc<Memo<(String, Value)>>,
+    /// (The status is kept as its JSON text: a tree would cost kilobytes per resource.)
+    pub status_memo: Arc<Memo<(String, Box<str>)>>,
     /// Consecutive failures per custom resource, for backoff.
     pub failures: Arc<Mutex<HashMap<String, u32>>>,
     /// How often a healthy custom resource is checked again with no event.
@@ -128,13 +130,21 @@ impl Sync {
 /// anyway (the cause may have been outside: an admission policy).
 const RETRY_INVALID: Duration = Duration::from_secs(300);
 
-fn key_of(cr: &DynamicObject) -> String {
+fn key_of(cr: &impl Resource) -> String {
     failure_key(&cr.namespace().unwrap_or_default(), &cr.name_any())
 }
 
 /// The key of a custom resource in the per-resource failure counts.
 pub(super) fn failure_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
+}
+
+/// When a healthy resource is checked again: at a random point of the last fifth of
+/// `resync`. Resources created together (10,000 in a few minutes) would otherwise all come
+/// due in the same instant, and a burst of thousands of checks would queue the reconciles
+/// of real changes behind it.
+pub fn jittered(resync: Duration) -> Duration {
+    resync.mul_f64(0.8 + 0.2 * fastrand::f64())
 }
 
 /// The backoff after `n` consecutive failures: 0.5 s doubling up to 5 minutes.
@@ -197,11 +207,11 @@ fn truncate(mut s: String, max: usize) -> String {
 }
 
 /// Called by the controller when [`reconcile`] fails.
-pub fn error_policy(cr: Arc<DynamicObject>, err: &ReconcileError, ctx: Arc<Ctx>) -> Action {
+pub fn error_policy(cr: Arc<Cached>, err: &ReconcileError, ctx: Arc<Ctx>) -> Action {
     ctx.metrics.error(&ctx.rule.name, err.category());
-    let n = count_failure(&ctx, &cr);
+    let n = count_failure(&ctx, &*cr);
     let delay = backoff(n - 1);
-    tracing::warn!(rule = %ctx.rule.name, object = %key_of(&cr), error = %err, attempt = n, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
+    tracing::warn!(rule = %ctx.rule.name, object = %key_of(&*cr), error = %err, attempt = n, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
     Action::requeue(delay)
 }
 
@@ -217,7 +227,7 @@ fn failures_of(ctx: &Ctx, cr: &DynamicObject) -> u32 {
 }
 
 /// Counts one more failure of `cr`; gives how many in a row (at least 1).
-fn count_failure(ctx: &Ctx, cr: &DynamicObject) -> u32 {
+fn count_failure(ctx: &Ctx, cr: &impl Resource) -> u32 {
     let mut f = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
     let n = f.entry(key_of(cr)).or_insert(0);
     *n = n.saturating_add(1);
@@ -229,8 +239,13 @@ fn retry_later(ctx: &Ctx, cr: &DynamicObject) -> Duration {
     backoff(count_failure(ctx, cr) - 1)
 }
 
-/// Reconciles one custom resource.
-pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+/// Reconciles one custom resource (read whole from its cached text).
+pub async fn reconcile(cached: Arc<Cached>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+    let cr = Arc::new(cached.object().map_err(ReconcileError::Decode)?);
+    reconcile_object(cr, ctx).await
+}
+
+async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
     let synced =
         ctx.synced.load(std::sync::atomic::Ordering::SeqCst) || ctx.started.elapsed() >= SYNC_WAIT;
     if cr.metadata.deletion_timestamp.is_some() {
@@ -296,7 +311,7 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
     if round.cache_behind && sync == Sync::Ok {
         // A child we wrote is not in the cache yet: its watch event triggers another
         // reconcile, which writes the status from it (now it would be stale, and written twice).
-        tracing::debug!(rule = %rule.name, object = %key_of(&cr), "status waits for the cache to show our writes");
+        tracing::debug!(rule = %rule.name, object = %key_of(&*cr), "status waits for the cache to show our writes");
     } else {
         let seen = Seen {
             scope: scope.as_ref().ok(),
@@ -309,7 +324,7 @@ pub async fn reconcile(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, 
     Ok(match sync {
         Sync::Ok => {
             forget_failures(&ctx, &cr);
-            Action::requeue(ctx.resync)
+            Action::requeue(jittered(ctx.resync))
         }
         Sync::Failed(Problem {
             retry: Retry::OnChange,
@@ -454,7 +469,7 @@ impl Ctx {
     pub fn live(&self, ns: &str, r: &Rendered) -> Option<Value> {
         let (_, kind) = self.child(&r.id)?;
         let oref = ObjectRef::new_with(&r.name, kind.resolved.resource.clone()).within(ns);
-        serde_json::to_value(&*kind.store.get(&oref)?).ok()
+        kind.store.get(&oref)?.value()
     }
 }
 
@@ -605,11 +620,15 @@ async fn write_status(
     let key = ObjectKey::of_object(&ctx.parent.resource, cr);
     let live_rv = cr.resource_version().unwrap_or_default();
     // What the resource's status is: our last write while the cache lags behind it.
-    let ours = ctx
-        .status_memo
-        .get(&key)
-        .filter(|(rv, _)| apply::not_newer(&live_rv, rv))
-        .map(|(_, status)| status);
+    let ours: Option<Value> = match ctx.status_memo.get(&key) {
+        Some((rv, text)) if apply::not_newer(&live_rv, &rv) => serde_json::from_str(&text).ok(),
+        Some(_) => {
+            // The cache has moved past our write: it is the status now.
+            ctx.status_memo.forget(&key);
+            None
+        }
+        None => None,
+    };
     let current = ours.as_ref().or(cr_json.get("status"));
     let mut status = desired_status(ctx, cr, cr_json, seen, current, sync);
     ctx.status_schema.strip(&mut status);
@@ -642,15 +661,36 @@ async fn write_status(
     }
     ctx.status_memo.put(
         key,
-        (written.resource_version().unwrap_or_default(), status),
+        (
+            written.resource_version().unwrap_or_default(),
+            status.to_string().into(),
+        ),
     );
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::backoff;
+    use super::{backoff, jittered};
     use std::time::Duration;
+
+    #[test]
+    fn resyncs_spread_over_the_last_fifth_of_the_period() {
+        let resync = Duration::from_secs(600);
+        let due: Vec<Duration> = (0..1000).map(|_| jittered(resync)).collect();
+        assert!(
+            due.iter()
+                .all(|d| *d >= Duration::from_secs(480) && *d <= resync)
+        );
+        let early = due
+            .iter()
+            .filter(|d| **d < Duration::from_secs(540))
+            .count();
+        assert!(
+            (350..650).contains(&early),
+            "{early} of 1000 in the first half of the window: not spread"
+        );
+    }
 
     #[test]
     fn backoff_doubles_from_half_a_second_to_a_five_minute_cap() {

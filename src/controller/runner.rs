@@ -2,6 +2,7 @@
 //! over `Api<DynamicObject>` for the watched kind, owning each child kind through a
 //! label-selected, cached watch. Stops gracefully when told to.
 
+use super::cached::{self, Cached};
 use super::discovery::{self, Resolved};
 use super::events::EventQueue;
 use super::existing::{ExistingKind, Readers};
@@ -259,7 +260,7 @@ fn forget_gone_children(
 /// What a rule keeps per custom resource, dropped when the resource is gone.
 #[derive(Clone, Default)]
 struct PerResource {
-    status_memo: Arc<Memo<(String, serde_json::Value)>>,
+    status_memo: Arc<Memo<(String, Box<str>)>>,
     failures: Arc<Mutex<HashMap<String, u32>>>,
     readers: Arc<Readers>,
 }
@@ -331,16 +332,17 @@ fn existing_watch(
     sync: Arc<SyncTracker>,
     watch_index: usize,
 ) -> (
-    impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
-    kube::runtime::reflector::Store<DynamicObject>,
+    impl futures::Stream<Item = Result<Cached, watcher::Error>> + Send + 'static,
+    kube::runtime::reflector::Store<Cached>,
 ) {
-    let writer = Writer::<DynamicObject>::new(k.resource.clone());
+    let writer = Writer::<Cached>::new(k.resource.clone());
     let store = writer.as_reader();
     let api = scoped(client, &k.resource, opts.namespace.as_deref());
     let stream = watcher(api, watcher::Config::default().timeout(opts.watch_timeout))
         .backoff(watch_backoff())
         .modify(crate::apply::slim)
         .inspect_ok(move |ev| sync.observe(watch_index, ev))
+        .map_ok(cached::compact)
         .reflect(writer)
         .touched_objects();
     (stream, store)
@@ -429,7 +431,7 @@ async fn run(
     let forget = kept.clone();
     let parent_relist = Relist::default();
     let parent_resource = parent.resource.clone();
-    let parent_writer = Writer::<DynamicObject>::new(parent.resource.clone());
+    let parent_writer = Writer::<Cached>::new(parent.resource.clone());
     let parent_reader = parent_writer.as_reader();
     let parent_api = scoped(&client, &parent.resource, opts.namespace.as_deref());
     // Readiness: every watch (the parent's, one per child kind, one per existing kind)
@@ -447,6 +449,7 @@ async fn run(
         parent_sync.observe(0, ev);
         forget_gone_parents(ev, &parent_resource, &forget, &parent_relist);
     })
+    .map_ok(cached::compact)
     .reflect(parent_writer)
     .applied_objects();
 
@@ -462,7 +465,7 @@ async fn run(
     let selector = format!("{RULE_LABEL}={}", rule.name);
     let mut child_kinds = Vec::new();
     for (i, k) in kinds.iter().enumerate() {
-        let writer = Writer::<DynamicObject>::new(k.resource.clone());
+        let writer = Writer::<Cached>::new(k.resource.clone());
         let owners = Arc::new(OwnerIndex::default());
         let index = owners.clone();
         let child_sync = sync.clone();
@@ -494,6 +497,7 @@ async fn run(
             index.observe(ev);
             forget_gone_children(ev, &child_resource, &forget, &child_relist);
         })
+        .map_ok(cached::compact)
         .reflect(writer)
         .touched_objects();
         controller = controller.owns_stream_with(stream, k.resource.clone());
@@ -510,7 +514,11 @@ async fn run(
         let (stream, store) = existing_watch(&client, &opts, &k, sync.clone(), 1 + kinds.len() + i);
         let readers = kept.readers.clone();
         let parent_ar = parent.resource.clone();
-        let mapper = move |o: DynamicObject| {
+        let mapper = move |c: Cached| {
+            // The labels a lookup matches are in the text only.
+            let Ok(o) = c.object() else {
+                return Vec::new();
+            };
             let ns = o.namespace().unwrap_or_default();
             readers
                 .readers_of(i, &o)
