@@ -14,7 +14,9 @@
 //! Env: RULEOP_BENCH_N (default 1000), RULEOP_BENCH_STEADY_SECONDS (60),
 //! RULEOP_BENCH_ROUNDS (3), RULEOP_BENCH_SYSTEMS (default:
 //! ruleop,ruleop-warnings,controller-runtime,kopf,kro; the floor always runs; also
-//! available: ruleop-c64, ruleop-1t, floor+conditions), RULEOP_BENCH_DEBUG=1 (writes per
+//! available: ruleop-c64, ruleop-1t, floor+conditions, and ruleop-before / ruleop-alt from
+//! target/bench/bin), RULEOP_BENCH_LOG (ruleop's RUST_LOG, default warn; the log goes to
+//! target/bench/logs/), RULEOP_BENCH_DEBUG=1 (writes per
 //! resource), RULEOP_BENCH_PROFILE=SECONDS (a pprof CPU profile of the API server and a
 //! `perf` profile of ruleop over the create wave, in target/bench/profiles/; CPU seconds of
 //! each process, the API server's time per verb and resource, ruleop's own counters).
@@ -594,11 +596,12 @@ fn start(system: &str, kc: &str) -> Result<Option<Child>, String> {
         std::fs::File::create(logs.join(format!("{system}.log"))).map_err(|e| e.to_string())?;
     let mut cmd = match system {
         "floor" | "floor+conditions" => return Ok(None),
-        "ruleop" | "ruleop-warnings" | "ruleop-c64" | "ruleop-1t" | "ruleop-before" => {
-            // `ruleop-before`: a binary of an earlier commit, put in target/bench/bin by
-            // hand, for a side-by-side measure of a change.
+        "ruleop" | "ruleop-warnings" | "ruleop-c64" | "ruleop-1t" | "ruleop-before"
+        | "ruleop-alt" => {
+            // `ruleop-before` (a binary of an earlier commit) and `ruleop-alt` (a variant
+            // under trial), put in target/bench/bin by hand: side-by-side measures.
             let bin = match system {
-                "ruleop-before" => format!("{ROOT}/target/bench/bin/ruleop-before"),
+                "ruleop-before" | "ruleop-alt" => format!("{ROOT}/target/bench/bin/{system}"),
                 _ => format!("{ROOT}/target/release/ruleop"),
             };
             if !Path::new(&bin).exists() {
@@ -623,7 +626,9 @@ fn start(system: &str, kc: &str) -> Result<Option<Child>, String> {
             if system == "ruleop-1t" {
                 c.env("TOKIO_WORKER_THREADS", "1");
             }
-            c.env("RUST_LOG", "warn");
+            // RULEOP_BENCH_LOG=info: ruleop's log of every write, to trace a run.
+            let level = std::env::var("RULEOP_BENCH_LOG").unwrap_or_else(|_| "warn".into());
+            c.env("RUST_LOG", level);
             c
         }
         "controller-runtime" => {

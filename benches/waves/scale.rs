@@ -50,6 +50,75 @@ struct Latency {
     /// Requests the API server served in the minute after the restart, from every client
     /// (the control plane's own components too).
     resync_requests: f64,
+    /// Where the time went, (p50, p99) of each leg: create → the Deployment `<name>-web`
+    /// exists (the operator's reconcile); → it has a ready replica (the control plane:
+    /// controller-manager, scheduler, kwok); → the WebSite is ready (the operator's
+    /// status), as the benchmark's watches see them.
+    to_deployment: (Option<f64>, Option<f64>),
+    deployment_to_ready: (Option<f64>, Option<f64>),
+    ready_to_status: (Option<f64>, Option<f64>),
+}
+
+/// When the benchmark's watch first saw each WebSite's Deployment, and first saw it with a
+/// ready replica.
+#[derive(Default)]
+struct Seen {
+    made: HashMap<String, Instant>,
+    ready: HashMap<String, Instant>,
+}
+
+/// Watches the Deployments, recording when each WebSite's (`<name>-web`) appears and
+/// when it first has a ready replica.
+fn watch_deployments(c: &Client) -> (Arc<Mutex<Seen>>, tokio::task::JoinHandle<()>) {
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let ar = ApiResource {
+        group: "apps".into(),
+        version: "v1".into(),
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        plural: "deployments".into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &ar);
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let out = seen.clone();
+    let task = tokio::spawn(async move {
+        let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            let Ok(Event::Apply(o) | Event::InitApply(o)) = ev else {
+                continue;
+            };
+            let name = o.metadata.name.clone().unwrap_or_default();
+            let Some(site) = name.strip_suffix("-web").map(str::to_string) else {
+                continue;
+            };
+            let now = Instant::now();
+            let mut s = out.lock().unwrap();
+            s.made.entry(site.clone()).or_insert(now);
+            if o.data["status"]["readyReplicas"].as_i64().unwrap_or(0) >= 1 {
+                s.ready.entry(site).or_insert(now);
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// (p50, p99) of the seconds from `from` to `to` of each of `names` that has both.
+fn leg(
+    names: &[(String, Instant)],
+    from: impl Fn(&str, Instant) -> Option<Instant>,
+    to: impl Fn(&str) -> Option<Instant>,
+) -> (Option<f64>, Option<f64>) {
+    let mut d: Vec<f64> = names
+        .iter()
+        .filter_map(|(n, at)| {
+            let (a, b) = (from(n, *at)?, to(n)?);
+            Some(b.saturating_duration_since(a).as_secs_f64())
+        })
+        .collect();
+    d.sort_by(f64::total_cmp);
+    (quantile(&d, 0.50), quantile(&d, 0.99))
 }
 
 /// How fast `y` grows with `x` between two points: y ∝ x^k.
@@ -257,6 +326,23 @@ fn print_latencies(latencies: &[Latency]) {
             l.resync_requests
         );
     }
+    println!(
+        "\nWhere the time went (p50 / p99 s of each leg, as the benchmark's watches saw it):\n"
+    );
+    println!(
+        "| system | create → Deployment exists (operator) | → a ready replica (control plane) | → WebSite ready (operator's status) |"
+    );
+    println!("|---|---|---|---|");
+    let pair = |(a, b): (Option<f64>, Option<f64>)| format!("{} / {}", opt(a, 2), opt(b, 2));
+    for l in latencies {
+        println!(
+            "| {} | {} | {} | {} |",
+            l.system,
+            pair(l.to_deployment),
+            pair(l.deployment_to_ready),
+            pair(l.ready_to_status)
+        );
+    }
 }
 
 /// The API server's request-duration histogram, summed over non-long-running requests:
@@ -372,6 +458,7 @@ async fn latency(system: &str, n: usize) -> Result<Latency, String> {
             }
         })
     };
+    let (deployments, deployment_watch) = watch_deployments(&c);
     stream::iter(0..n)
         .map(|i| {
             let sites = sites.clone();
@@ -424,6 +511,47 @@ async fn latency(system: &str, n: usize) -> Result<Latency, String> {
             .collect()
     };
     waits.sort_by(f64::total_cmp);
+    let (to_deployment, deployment_to_ready, ready_to_status) = {
+        let (d, r) = (deployments.lock().unwrap(), first_ready.lock().unwrap());
+        (
+            leg(&created_at, |_, at| Some(at), |n| d.made.get(n).copied()),
+            leg(
+                &created_at,
+                |n, _| d.made.get(n).copied(),
+                |n| d.ready.get(n).copied(),
+            ),
+            leg(
+                &created_at,
+                |n, _| d.ready.get(n).copied(),
+                |n| r.get(n).copied(),
+            ),
+        )
+    };
+    deployment_watch.abort();
+    {
+        // The slowest ten, each leg apart, to trace a tail.
+        let (d, r) = (deployments.lock().unwrap(), first_ready.lock().unwrap());
+        let since = |from: Option<&Instant>, to: Option<&Instant>| match (from, to) {
+            (Some(a), Some(b)) => format!("{:.1}", b.saturating_duration_since(*a).as_secs_f64()),
+            _ => "-".into(),
+        };
+        let mut slow: Vec<&(String, Instant)> = created_at.iter().collect();
+        let total = |n: &str, at: &Instant| {
+            r.get(n)
+                .map_or(f64::INFINITY, |t| t.duration_since(*at).as_secs_f64())
+        };
+        slow.sort_by(|a, b| total(&b.0, &b.1).total_cmp(&total(&a.0, &a.1)));
+        for (n, at) in slow.into_iter().take(10) {
+            eprintln!(
+                "bench scale: slow {n}: created +{:.1} s into the minute, total {:.1} s; to Deployment {}, to a ready replica {}, to status {}",
+                at.duration_since(created_at[0].1).as_secs_f64(),
+                total(n, at),
+                since(Some(at), d.made.get(n)),
+                since(d.made.get(n), d.ready.get(n)),
+                since(d.ready.get(n), r.get(n)),
+            );
+        }
+    }
     // The resync: the system restarts with everything in place.
     if let Some(mut p) = proc_.take() {
         let _ = p.kill();
@@ -461,5 +589,8 @@ async fn latency(system: &str, n: usize) -> Result<Latency, String> {
         p99_seconds: quantile(&waits, 0.99),
         resync_api_p99_seconds: p99,
         resync_requests: requests(&after) - requests(&before),
+        to_deployment,
+        deployment_to_ready,
+        ready_to_status,
     })
 }

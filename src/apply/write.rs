@@ -44,12 +44,24 @@ pub async fn create(
         meta.insert("resourceVersion".into(), NO_OBJECT_YET.into());
     }
     match api.patch(&child.name, &params, &Patch::Apply(&body)).await {
-        Err(kube::Error::Api(s)) if s.code == 409 => Err(ApplyError::Exists {
-            kind: child.kind.clone(),
-            name: child.name.clone(),
-        }),
+        Err(kube::Error::Api(s)) if precondition_failed(&s, api.resource_url(), &child.name) => {
+            Err(ApplyError::Exists {
+                kind: child.kind.clone(),
+                name: child.name.clone(),
+            })
+        }
         other => other.map_err(|e| ApplyError::from_kube(&child.kind, &child.name, e)),
     }
+}
+
+/// Whether a 409 is the child's own resourceVersion precondition failing (an object of
+/// its name exists), not another object's conflict on the way (a ResourceQuota's count
+/// under a burst of creates answers 409 too, naming the quota).
+fn precondition_failed(s: &kube::core::Status, resource_url: &str, name: &str) -> bool {
+    s.code == 409
+        && s.details.as_ref().is_some_and(|d| {
+            d.name == name && resource_url.rsplit('/').next() == Some(d.kind.as_str())
+        })
 }
 
 /// Whether a live object still has fields owned by ruleop's `Update` entry (made by the
@@ -248,5 +260,41 @@ async fn take_over_fields(
             })
         }
         Err(e) => Err(ApplyError::from_kube(&child.kind, &child.name, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::precondition_failed;
+    use kube::core::Status;
+    use serde_json::json;
+
+    fn conflict(name: &str, kind: &str) -> Status {
+        serde_json::from_value(json!({"status": "Failure", "code": 409, "reason": "Conflict",
+            "message": format!("Operation cannot be fulfilled on {kind} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"),
+            "details": {"name": name, "group": "apps", "kind": kind}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_the_childs_own_conflict_means_it_exists() {
+        let url = "/apis/apps/v1/namespaces/ns/deployments";
+        assert!(precondition_failed(
+            &conflict("w-web", "deployments"),
+            url,
+            "w-web"
+        ));
+        assert!(
+            !precondition_failed(&conflict("quota", "resourcequotas"), url, "w-web"),
+            "a quota's conflict is the quota's, not an object in the way"
+        );
+        assert!(!precondition_failed(
+            &conflict("w-web", "services"),
+            url,
+            "w-web"
+        ));
+        let mut other = conflict("w-web", "deployments");
+        other.code = 422;
+        assert!(!precondition_failed(&other, url, "w-web"));
     }
 }

@@ -46,6 +46,22 @@ impl Cached {
         serde_json::from_str(&self.json)
     }
 
+    /// The object's metadata alone (its labels, say), read from the text without building
+    /// its body.
+    pub fn head(&self) -> Option<DynamicObject> {
+        #[derive(Deserialize)]
+        struct Head {
+            #[serde(default)]
+            metadata: ObjectMeta,
+        }
+        let head: Head = serde_json::from_str(&self.json).ok()?;
+        Some(DynamicObject {
+            types: None,
+            metadata: head.metadata,
+            data: Value::Null,
+        })
+    }
+
     /// The whole object as JSON (what the rule's paths and expressions read).
     pub fn value(&self) -> Option<Value> {
         serde_json::from_str(&self.json).ok()
@@ -141,10 +157,21 @@ mod tests {
     fn events_keep_their_kind_and_read_as_a_dynamic_object_would() {
         assert!(matches!(compact(Event::Init), Event::Init));
         assert!(matches!(compact(Event::InitDone), Event::InitDone));
-        let Event::Delete(c) = compact(Event::Delete(deployment())) else {
-            panic!("a delete stays a delete")
+        let name = |ev: Event<Cached>| match ev {
+            Event::Apply(c) => format!("apply {}", c.name_any()),
+            Event::InitApply(c) => format!("init-apply {}", c.name_any()),
+            Event::Delete(c) => format!("delete {}", c.name_any()),
+            Event::Init | Event::InitDone => String::new(),
         };
-        assert_eq!(c.name_any(), "w-web");
+        assert_eq!(name(compact(Event::Apply(deployment()))), "apply w-web");
+        assert_eq!(
+            name(compact(Event::InitApply(deployment()))),
+            "init-apply w-web"
+        );
+        assert_eq!(name(compact(Event::Delete(deployment()))), "delete w-web");
+        let head = Cached::new(&deployment()).head().unwrap();
+        assert_eq!(head.metadata, deployment().metadata);
+        assert_eq!(head.data, Value::Null);
         let read: Cached =
             serde_json::from_value(serde_json::to_value(deployment()).unwrap()).unwrap();
         assert_eq!(read.object().unwrap(), deployment());

@@ -203,8 +203,8 @@ pub(super) fn owned(kind: &ChildKind, ns: &str, uid: &str) -> Vec<DynamicObject>
             kind.store
                 .get(&ObjectRef::new_with(&name, ar.clone()).within(&child_ns))
         })
+        .filter(|c| controller_uid(&**c) == Some(uid))
         .filter_map(|c| c.object().ok())
-        .filter(|o| controller_uid(o) == Some(uid))
         .collect()
 }
 

@@ -7,9 +7,9 @@
 //! which it holds exactly the listed objects, as the store does.
 
 use super::relist::Relist;
-use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
+use kube::{Resource, ResourceExt};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
@@ -57,8 +57,8 @@ pub struct OwnerIndex {
 }
 
 /// The uid of the object's controller (the ownerReference with `controller: true`).
-pub fn controller_uid(o: &DynamicObject) -> Option<&str> {
-    o.metadata
+pub fn controller_uid(o: &impl Resource) -> Option<&str> {
+    o.meta()
         .owner_references
         .as_ref()?
         .iter()

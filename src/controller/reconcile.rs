@@ -589,6 +589,16 @@ fn desired_status(
     Value::Object(out)
 }
 
+/// The status we last wrote, while the cached resource is that write or older (`live_rv`):
+/// None once the cache has moved past it (then the cache is the status, and the memo goes).
+fn memo_status((written_rv, text): &(String, Box<str>), live_rv: &str) -> Option<Value> {
+    if apply::not_newer(live_rv, written_rv) {
+        serde_json::from_str(text).ok()
+    } else {
+        None
+    }
+}
+
 /// Server-side applies `status`: through the status subresource, or the object itself
 /// when the kind has none.
 async fn patch_status(
@@ -620,15 +630,11 @@ async fn write_status(
     let key = ObjectKey::of_object(&ctx.parent.resource, cr);
     let live_rv = cr.resource_version().unwrap_or_default();
     // What the resource's status is: our last write while the cache lags behind it.
-    let ours: Option<Value> = match ctx.status_memo.get(&key) {
-        Some((rv, text)) if apply::not_newer(&live_rv, &rv) => serde_json::from_str(&text).ok(),
-        Some(_) => {
-            // The cache has moved past our write: it is the status now.
-            ctx.status_memo.forget(&key);
-            None
-        }
-        None => None,
-    };
+    let memo = ctx.status_memo.get(&key);
+    let ours = memo.as_ref().and_then(|m| memo_status(m, &live_rv));
+    if memo.is_some() && ours.is_none() {
+        ctx.status_memo.forget(&key);
+    }
     let current = ours.as_ref().or(cr_json.get("status"));
     let mut status = desired_status(ctx, cr, cr_json, seen, current, sync);
     ctx.status_schema.strip(&mut status);
@@ -671,8 +677,26 @@ async fn write_status(
 
 #[cfg(test)]
 mod tests {
-    use super::{backoff, jittered};
+    use super::{backoff, jittered, memo_status};
+    use serde_json::json;
     use std::time::Duration;
+
+    #[test]
+    fn our_last_status_counts_until_the_cache_moves_past_it() {
+        let memo = ("12".to_string(), r#"{"readyReplicas":1}"#.into());
+        let ours = Some(json!({"readyReplicas": 1}));
+        assert_eq!(
+            memo_status(&memo, "11"),
+            ours,
+            "the cache lags behind our write"
+        );
+        assert_eq!(memo_status(&memo, "12"), ours, "the cache shows our write");
+        assert_eq!(
+            memo_status(&memo, "13"),
+            None,
+            "a newer version is the status now"
+        );
+    }
 
     #[test]
     fn resyncs_spread_over_the_last_fifth_of_the_period() {

@@ -516,7 +516,7 @@ async fn run(
         let parent_ar = parent.resource.clone();
         let mapper = move |c: Cached| {
             // The labels a lookup matches are in the text only.
-            let Ok(o) = c.object() else {
+            let Some(o) = c.head() else {
                 return Vec::new();
             };
             let ns = o.namespace().unwrap_or_default();
