@@ -565,12 +565,6 @@ async fn latency(system: &str, n: usize) -> Result<Latency, String> {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>()
     };
-    // The restart writes a log of its own: the minute's log is kept apart.
-    let logs = Path::new(ROOT).join("target/bench/logs");
-    let _ = std::fs::rename(
-        logs.join(format!("{system}.log")),
-        logs.join(format!("{system}-latency.log")),
-    );
     let mut restarted = start(system, &kc)?;
     tokio::time::sleep(Duration::from_secs(60)).await;
     let after = api_metrics(&c).await;

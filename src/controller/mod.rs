@@ -20,7 +20,6 @@ pub mod relist;
 pub mod reload;
 pub mod runner;
 pub mod supervisor;
-pub mod turns;
 
 use crate::admin::{self, Health};
 use crate::metrics::Metrics;

@@ -12,7 +12,6 @@ use crate::controller::discovery::Resolved;
 use crate::controller::events::EventQueue;
 use crate::controller::existing::{self, ExistingKind, Readers};
 use crate::controller::owners::OwnerIndex;
-use crate::controller::turns::Turns;
 use crate::metrics::Metrics;
 use crate::render::{self, FIELD_MANAGER, Plan, RenderError, Rendered};
 use crate::rules::CompiledRule;
@@ -79,11 +78,6 @@ pub struct Ctx {
     pub existing_kind: Vec<usize>,
     /// Which resources read which existing objects.
     pub readers: Arc<Readers>,
-    /// The cache of the custom resources (a reconcile reads its resource again once its
-    /// turn has come).
-    pub resources: Store<Cached>,
-    /// At most `--concurrency` reconciles at once, first come first served.
-    pub turns: Turns,
 }
 
 /// How long reconciles wait for the rule's watches to list before going ahead anyway (a
@@ -245,18 +239,10 @@ fn retry_later(ctx: &Ctx, cr: &DynamicObject) -> Duration {
     backoff(count_failure(ctx, cr) - 1)
 }
 
-/// Reconciles one custom resource, in its turn (read whole from its cached text as it is
-/// when the turn comes: it may have changed, or gone, while it waited).
+/// Reconciles one custom resource (read whole from its cached text).
 pub async fn reconcile(cached: Arc<Cached>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
-    let work = || async {
-        let oref = ObjectRef::from_obj_with(&*cached, ctx.parent.resource.clone());
-        let Some(now) = ctx.resources.get(&oref) else {
-            return Ok(Action::await_change());
-        };
-        let cr = Arc::new(now.object().map_err(ReconcileError::Decode)?);
-        reconcile_object(cr, ctx.clone()).await
-    };
-    ctx.turns.run(work).await
+    let cr = Arc::new(cached.object().map_err(ReconcileError::Decode)?);
+    reconcile_object(cr, ctx).await
 }
 
 async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {

@@ -10,7 +10,6 @@ use super::inventory;
 use super::owners::OwnerIndex;
 use super::reconcile::{ChildKind, Ctx, error_policy, reconcile};
 use super::relist::Relist;
-use super::turns::Turns;
 use crate::apply::{CACHE_LAG_GRACE, Memo, ObjectKey};
 use crate::render::RULE_LABEL;
 use crate::rules::CompiledRule;
@@ -349,11 +348,10 @@ fn existing_watch(
     (stream, store)
 }
 
-/// The controller's settings: never two reconciles of one resource at once; the bound on
-/// all of them is ruleop's own ([`Turns`]: kube-runtime's bound takes the waiting ones
-/// back in hash order, not in the order they came).
-fn controller_config() -> Config {
-    Config::default().concurrency(0)
+/// The controller's settings: at most `concurrency` reconciles of the rule at once (and
+/// never two of one resource).
+fn controller_config(concurrency: u16) -> Config {
+    Config::default().concurrency(concurrency)
 }
 
 async fn run(
@@ -460,7 +458,7 @@ async fn run(
         parent_reader.clone(),
         parent.resource.clone(),
     )
-    .with_config(controller_config())
+    .with_config(controller_config(opts.concurrency))
     .trigger_backoff(BriefPause)
     .graceful_shutdown_on(stopped(stop.clone()));
 
@@ -558,8 +556,6 @@ async fn run(
         existing,
         existing_kind,
         readers: kept.readers,
-        resources: parent_reader,
-        turns: Turns::new(opts.concurrency),
     });
 
     tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, "rule started");
@@ -605,34 +601,31 @@ mod tests {
         // A trigger stream that stays open, as a watch does (the controller ends with it).
         let trigger = futures::stream::iter(objects.into_iter().map(Ok::<_, watcher::Error>))
             .chain(futures::stream::pending());
-        // (running now, most at once), and the turns: the controller's own config, as run.
-        let state = Arc::new((Mutex::new((0usize, 0usize)), Turns::new(5)));
-        let reconcile = |_: Arc<DynamicObject>, s: Arc<(Mutex<(usize, usize)>, Turns)>| async move {
-            let work = || async {
-                {
-                    let mut c = s.0.lock().unwrap();
-                    c.0 += 1;
-                    c.1 = c.1.max(c.0);
-                }
-                tokio::time::sleep(Duration::from_millis(30)).await;
-                s.0.lock().unwrap().0 -= 1;
-            };
-            s.1.run(work).await;
+        // (running now, most at once)
+        let counts = Arc::new(Mutex::new((0usize, 0usize)));
+        let reconcile = |_: Arc<DynamicObject>, c: Arc<Mutex<(usize, usize)>>| async move {
+            {
+                let mut c = c.lock().unwrap();
+                c.0 += 1;
+                c.1 = c.1.max(c.0);
+            }
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            c.lock().unwrap().0 -= 1;
             Ok::<_, std::convert::Infallible>(Action::await_change())
         };
         let done = Controller::for_stream_with(trigger, writer.as_reader(), ar)
-            .with_config(controller_config())
+            .with_config(controller_config(5))
             .run(
                 reconcile,
                 |_, _: &std::convert::Infallible, _| Action::await_change(),
-                state.clone(),
+                counts.clone(),
             )
             .take(24)
             .count()
             .await;
         assert_eq!(done, 24);
         assert_eq!(
-            state.0.lock().unwrap().1,
+            counts.lock().unwrap().1,
             5,
             "at most 5 at once, and the bound was reached"
         );
