@@ -66,6 +66,10 @@ struct Figures {
     note: String,
 }
 
+fn deployment_ar() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&())
+}
+
 fn website_ar() -> ApiResource {
     ApiResource {
         group: "sre.example.com".into(),
@@ -504,21 +508,9 @@ async fn floor_writes(
     let pp = PatchParams::apply("floor").force();
     let applies = children.into_iter().map(|ch| {
         let ar = if ch.kind == "Deployment" {
-            ApiResource {
-                group: "apps".into(),
-                version: "v1".into(),
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                plural: "deployments".into(),
-            }
+            deployment_ar()
         } else {
-            ApiResource {
-                group: "".into(),
-                version: "v1".into(),
-                api_version: "v1".into(),
-                kind: "Service".into(),
-                plural: "services".into(),
-            }
+            ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&())
         };
         let api: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &ar);
         let (name, obj, pp) = (ch.name, ch.object, pp.clone());
@@ -554,12 +546,7 @@ async fn floor_writes(
 }
 
 fn proc_figures(pid: u32) -> (Option<f64>, Option<f64>) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .map(|kb| kb / 1024.0);
+    let rss = status_mib(pid, "VmHWM:");
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit(')')
@@ -577,10 +564,15 @@ fn proc_figures(pid: u32) -> (Option<f64>, Option<f64>) {
 
 /// The process's resident memory now (VmRSS), MiB.
 fn current_rss(pid: u32) -> Option<f64> {
+    status_mib(pid, "VmRSS:")
+}
+
+/// A memory figure of /proc/PID/status (`field` with its colon, given in kB), in MiB.
+fn status_mib(pid: u32, field: &str) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kb: f64 = status
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
+        .find(|l| l.starts_with(field))?
         .split_whitespace()
         .nth(1)?
         .parse()

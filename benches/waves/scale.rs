@@ -72,14 +72,7 @@ struct Seen {
 fn watch_deployments(c: &Client) -> (Arc<Mutex<Seen>>, tokio::task::JoinHandle<()>) {
     use kube::runtime::WatchStreamExt;
     use kube::runtime::watcher::{self, Event};
-    let ar = ApiResource {
-        group: "apps".into(),
-        version: "v1".into(),
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        plural: "deployments".into(),
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &ar);
+    let api: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &deployment_ar());
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let out = seen.clone();
     let task = tokio::spawn(async move {
@@ -102,6 +95,35 @@ fn watch_deployments(c: &Client) -> (Arc<Mutex<Seen>>, tokio::task::JoinHandle<(
         }
     });
     (seen, task)
+}
+
+/// The ten slowest of `created` (name, created at) to be ready, each leg apart (`d`: the
+/// Deployments seen, `ready`: the WebSites first seen ready), to trace a tail.
+fn print_slowest(created: &[(String, Instant)], d: &Seen, ready: &HashMap<String, Instant>) {
+    let since = |from: Option<&Instant>, to: Option<&Instant>| match (from, to) {
+        (Some(a), Some(b)) => format!("{:.1}", b.saturating_duration_since(*a).as_secs_f64()),
+        _ => "-".into(),
+    };
+    let total = |n: &str, at: &Instant| {
+        ready
+            .get(n)
+            .map_or(f64::INFINITY, |t| t.duration_since(*at).as_secs_f64())
+    };
+    let Some((_, first)) = created.first() else {
+        return;
+    };
+    let mut slow: Vec<&(String, Instant)> = created.iter().collect();
+    slow.sort_by(|a, b| total(&b.0, &b.1).total_cmp(&total(&a.0, &a.1)));
+    for (n, at) in slow.into_iter().take(10) {
+        eprintln!(
+            "bench scale: slow {n}: created +{:.1} s into the minute, total {:.1} s; to Deployment {}, to a ready replica {}, to status {}",
+            at.duration_since(*first).as_secs_f64(),
+            total(n, at),
+            since(Some(at), d.made.get(n)),
+            since(d.made.get(n), d.ready.get(n)),
+            since(d.ready.get(n), ready.get(n)),
+        );
+    }
 }
 
 /// (p50, p99) of the seconds from `from` to `to` of each of `names` that has both.
@@ -513,6 +535,7 @@ async fn latency(system: &str, n: usize) -> Result<Latency, String> {
     waits.sort_by(f64::total_cmp);
     let (to_deployment, deployment_to_ready, ready_to_status) = {
         let (d, r) = (deployments.lock().unwrap(), first_ready.lock().unwrap());
+        print_slowest(&created_at, &d, &r);
         (
             leg(&created_at, |_, at| Some(at), |n| d.made.get(n).copied()),
             leg(
@@ -528,30 +551,6 @@ async fn latency(system: &str, n: usize) -> Result<Latency, String> {
         )
     };
     deployment_watch.abort();
-    {
-        // The slowest ten, each leg apart, to trace a tail.
-        let (d, r) = (deployments.lock().unwrap(), first_ready.lock().unwrap());
-        let since = |from: Option<&Instant>, to: Option<&Instant>| match (from, to) {
-            (Some(a), Some(b)) => format!("{:.1}", b.saturating_duration_since(*a).as_secs_f64()),
-            _ => "-".into(),
-        };
-        let mut slow: Vec<&(String, Instant)> = created_at.iter().collect();
-        let total = |n: &str, at: &Instant| {
-            r.get(n)
-                .map_or(f64::INFINITY, |t| t.duration_since(*at).as_secs_f64())
-        };
-        slow.sort_by(|a, b| total(&b.0, &b.1).total_cmp(&total(&a.0, &a.1)));
-        for (n, at) in slow.into_iter().take(10) {
-            eprintln!(
-                "bench scale: slow {n}: created +{:.1} s into the minute, total {:.1} s; to Deployment {}, to a ready replica {}, to status {}",
-                at.duration_since(created_at[0].1).as_secs_f64(),
-                total(n, at),
-                since(Some(at), d.made.get(n)),
-                since(d.made.get(n), d.ready.get(n)),
-                since(d.ready.get(n), r.get(n)),
-            );
-        }
-    }
     // The resync: the system restarts with everything in place.
     if let Some(mut p) = proc_.take() {
         let _ = p.kill();

@@ -15,14 +15,25 @@ pub async fn apply(
     child: &Rendered,
     uid: &str,
 ) -> Result<DynamicObject, ApplyError> {
+    apply_on(api, child, "uid", uid)
+        .await
+        .map_err(|e| ApplyError::from_kube(&child.kind, &child.name, e))
+}
+
+/// Server-side applies the child, forced, as ruleop's field manager, with one metadata
+/// field set as the write's precondition (`uid` or `resourceVersion`).
+async fn apply_on(
+    api: &Api<DynamicObject>,
+    child: &Rendered,
+    field: &str,
+    value: &str,
+) -> Result<DynamicObject, kube::Error> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let mut body = child.object.clone();
     if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.insert("uid".into(), Value::String(uid.to_string()));
+        meta.insert(field.into(), value.into());
     }
-    api.patch(&child.name, &params, &Patch::Apply(&body))
-        .await
-        .map_err(|e| ApplyError::from_kube(&child.kind, &child.name, e))
+    api.patch(&child.name, &params, &Patch::Apply(&body)).await
 }
 
 /// A `resourceVersion` no object has: etcd's revisions start at 1 for the empty store, so
@@ -38,12 +49,7 @@ pub async fn create(
     api: &Api<DynamicObject>,
     child: &Rendered,
 ) -> Result<DynamicObject, ApplyError> {
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let mut body = child.object.clone();
-    if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.insert("resourceVersion".into(), NO_OBJECT_YET.into());
-    }
-    match api.patch(&child.name, &params, &Patch::Apply(&body)).await {
+    match apply_on(api, child, "resourceVersion", NO_OBJECT_YET).await {
         Err(kube::Error::Api(s)) if precondition_failed(&s, api.resource_url(), &child.name) => {
             Err(ApplyError::Exists {
                 kind: child.kind.clone(),
