@@ -14,7 +14,7 @@
 //! Env: RULEOP_BENCH_N (default 1000), RULEOP_BENCH_STEADY_SECONDS (60),
 //! RULEOP_BENCH_ROUNDS (3), RULEOP_BENCH_SYSTEMS (default:
 //! ruleop,ruleop-warnings,controller-runtime,kopf,kro; the floor always runs; also
-//! available: ruleop-c64, ruleop-1t, floor+conditions, and ruleop-before / ruleop-alt from
+//! available: ruleop-c<N> (`--concurrency=<N>`), ruleop-1t, floor+conditions, and ruleop-before / ruleop-alt from
 //! target/bench/bin), RULEOP_BENCH_LOG (ruleop's RUST_LOG, default warn; the log goes to
 //! target/bench/logs/), RULEOP_BENCH_DEBUG=1 (writes per
 //! resource), RULEOP_BENCH_PROFILE=SECONDS (a pprof CPU profile of the API server and a
@@ -582,14 +582,26 @@ fn status_mib(pid: u32, field: &str) -> Option<f64> {
 
 /// Starts a system; None for the floor. Err explains why it cannot run here.
 fn start(system: &str, kc: &str) -> Result<Option<Child>, String> {
+    start_logged(system, kc, system)
+}
+
+/// Starts a system with its log in target/bench/logs/`log`.log.
+fn start_logged(system: &str, kc: &str, log: &str) -> Result<Option<Child>, String> {
     let logs = Path::new(ROOT).join("target/bench/logs");
     std::fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
-    let log =
-        std::fs::File::create(logs.join(format!("{system}.log"))).map_err(|e| e.to_string())?;
+    let log = std::fs::File::create(logs.join(format!("{log}.log"))).map_err(|e| e.to_string())?;
+    // `ruleop-c<N>`: ruleop with `--concurrency=<N>`.
+    let concurrency = system
+        .strip_prefix("ruleop-c")
+        .and_then(|n| n.parse::<u16>().ok());
     let mut cmd = match system {
         "floor" | "floor+conditions" => return Ok(None),
-        "ruleop" | "ruleop-warnings" | "ruleop-c64" | "ruleop-1t" | "ruleop-before"
-        | "ruleop-alt" => {
+        _ if concurrency.is_some()
+            || matches!(
+                system,
+                "ruleop" | "ruleop-warnings" | "ruleop-1t" | "ruleop-before" | "ruleop-alt"
+            ) =>
+        {
             // `ruleop-before` (a binary of an earlier commit) and `ruleop-alt` (a variant
             // under trial), put in target/bench/bin by hand: side-by-side measures.
             let bin = match system {
@@ -612,8 +624,8 @@ fn start(system: &str, kc: &str) -> Result<Option<Child>, String> {
             if system == "ruleop-warnings" {
                 c.arg("--events=warnings");
             }
-            if system == "ruleop-c64" {
-                c.arg("--concurrency=64");
+            if let Some(n) = concurrency {
+                c.arg(format!("--concurrency={n}"));
             }
             if system == "ruleop-1t" {
                 c.env("TOKIO_WORKER_THREADS", "1");

@@ -46,6 +46,8 @@ pub struct Metrics {
     pub client_requests: Counter,
     /// Seconds requests spent waiting for the client's rate limiter.
     pub limiter_wait: Counter<f64, std::sync::atomic::AtomicU64>,
+    /// Seconds requests spent waiting for a slot under `--max-in-flight`.
+    pub in_flight_wait: Counter<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -65,6 +67,12 @@ impl Default for Metrics {
         let leader = Gauge::default();
         let client_requests = Counter::default();
         let limiter_wait = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+        let in_flight_wait = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "client_in_flight_wait_seconds",
+            "Seconds the client's requests waited for a slot under --max-in-flight (summed over the requests)",
+            in_flight_wait.clone(),
+        );
         registry.register(
             "client_requests",
             "Requests sent to the API server",
@@ -135,6 +143,7 @@ impl Default for Metrics {
             leader,
             client_requests,
             limiter_wait,
+            in_flight_wait,
         }
     }
 }

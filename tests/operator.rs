@@ -436,3 +436,57 @@ async fn a_cluster_scoped_child_kind_is_refused_on_the_resource_and_nothing_is_c
     assert!(out.is_empty(), "nothing created: {out}");
     common::delete_namespace(&ns);
 }
+
+/// A counter from ruleop's /metrics (0 when absent).
+fn counter(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_restart_sends_nothing_for_the_resources_already_in_place() {
+    const N: usize = 15;
+    let client = common::client().await;
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
+    let ns = common::namespace(&client, "e2e-restart").await;
+    let mut first = Operator::start(&ns, &["rules/website.yaml"], &[]);
+    let sites: String = (0..N)
+        .map(|i| {
+            format!(
+                "apiVersion: sre.example.com/v1alpha1\nkind: WebSite\nmetadata: {{name: r{i}, namespace: {ns}}}\nspec: {{image: 'nginx:1', replicas: 0}}\n---\n"
+            )
+        })
+        .collect();
+    kubectl_ok(&["apply", "-f", "-"], Some(&sites));
+    for i in 0..N {
+        wait_json("website", &ns, &format!("r{i}"), "status", |w| {
+            w["status"]["observedGeneration"] == w["metadata"]["generation"]
+        })
+        .await;
+    }
+    assert!(first.terminate(Duration::from_secs(20)), "ruleop stopped");
+
+    // Started again: every resource is checked once, from caches filled by a list (whose
+    // items carry no apiVersion or kind), and nothing differs, so nothing is sent.
+    let second = Operator::start(&ns, &["rules/website.yaml"], &[]);
+    let addr = second.admin_addr().await;
+    let metrics = eventually(T, "every resource reconciled after the restart", || async {
+        let (_, m) = common::http_get(&addr, "/metrics");
+        (counter(&m, "ruleop_reconciles_total") >= N as f64).then_some(m)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, metrics_later) = common::http_get(&addr, "/metrics");
+    let requests = counter(&metrics_later, "ruleop_client_requests_total");
+    assert_eq!(counter(&metrics, "ruleop_writes_total"), 0.0, "no write");
+    // Discovery, the inventory, a list and a watch per kind: about a dozen, whatever N.
+    // Applying each child again would add 2 per resource.
+    assert!(
+        requests < N as f64,
+        "{requests} requests after a restart with {N} resources in place: {metrics_later}"
+    );
+    common::delete_namespace(&ns);
+}

@@ -454,7 +454,7 @@ async fn settle(c: &Client) {
 async fn latency(system: &str, n: usize) -> Result<Latency, String> {
     let kc = fresh_cluster_with(system, false)?;
     let c = client(&kc).await;
-    let mut proc_ = start(system, &kc)?;
+    let mut proc_ = start_logged(system, &kc, &format!("{system}-latency"))?;
     tokio::time::sleep(Duration::from_secs(8)).await;
     let sites: Api<DynamicObject> = Api::namespaced_with(c.clone(), NS, &website_ar());
     // When each WebSite was first seen ready.
@@ -564,7 +564,7 @@ async fn latency(system: &str, n: usize) -> Result<Latency, String> {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>()
     };
-    let mut restarted = start(system, &kc)?;
+    let mut restarted = start_logged(system, &kc, &format!("{system}-restart"))?;
     tokio::time::sleep(Duration::from_secs(60)).await;
     let after = api_metrics(&c).await;
     let (p99, _) = p99_between(&durations(&before), &durations(&after));

@@ -11,7 +11,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::api::{ApiResource, DynamicObject};
-use kube::core::DynamicResourceScope;
+use kube::core::{DynamicResourceScope, TypeMeta};
 use kube::runtime::watcher::Event;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
@@ -109,14 +109,28 @@ impl<'de> Deserialize<'de> for Cached {
     }
 }
 
-/// A watch event with its object as the cache keeps it.
-pub fn compact(ev: Event<DynamicObject>) -> Event<Cached> {
-    match ev {
-        Event::Apply(o) => Event::Apply(Cached::new(&o)),
-        Event::Delete(o) => Event::Delete(Cached::new(&o)),
-        Event::Init => Event::Init,
-        Event::InitApply(o) => Event::InitApply(Cached::new(&o)),
-        Event::InitDone => Event::InitDone,
+/// The watch events of kind `ar` with their objects as the cache keeps them, each with
+/// its apiVersion and kind: the items of a list come without them (the API server leaves
+/// them out for built-in kinds), and a cached child must read as its watch events show it,
+/// or after every relist (a restart, an expired watch) a rendered child, which sets both,
+/// would differ from every cached one and be applied again.
+pub fn compact(ar: &ApiResource) -> impl Fn(Event<DynamicObject>) -> Event<Cached> + use<> {
+    let types = TypeMeta {
+        api_version: ar.api_version.clone(),
+        kind: ar.kind.clone(),
+    };
+    move |ev| {
+        let keep = |mut o: DynamicObject| {
+            o.types.get_or_insert_with(|| types.clone());
+            Cached::new(&o)
+        };
+        match ev {
+            Event::Apply(o) => Event::Apply(keep(o)),
+            Event::Delete(o) => Event::Delete(keep(o)),
+            Event::Init => Event::Init,
+            Event::InitApply(o) => Event::InitApply(keep(o)),
+            Event::InitDone => Event::InitDone,
+        }
     }
 }
 
@@ -153,8 +167,28 @@ mod tests {
         assert!(c.labels().is_empty(), "labels stay in the text only");
     }
 
+    fn ar() -> ApiResource {
+        ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&())
+    }
+
+    #[test]
+    fn a_listed_object_gets_its_kind_back() {
+        let mut listed = deployment();
+        listed.types = None;
+        let Event::InitApply(c) = compact(&ar())(Event::InitApply(listed)) else {
+            panic!("an InitApply stays one");
+        };
+        assert_eq!(c.object().unwrap(), deployment());
+        let v = c.value().unwrap();
+        assert_eq!(
+            (v["apiVersion"].as_str(), v["kind"].as_str()),
+            (Some("apps/v1"), Some("Deployment"))
+        );
+    }
+
     #[test]
     fn events_keep_their_kind_and_read_as_a_dynamic_object_would() {
+        let compact = compact(&ar());
         assert!(matches!(compact(Event::Init), Event::Init));
         assert!(matches!(compact(Event::InitDone), Event::InitDone));
         let name = |ev: Event<Cached>| match ev {

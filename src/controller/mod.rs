@@ -9,6 +9,7 @@ pub mod deletion;
 pub mod discovery;
 pub mod events;
 pub mod existing;
+pub mod in_flight;
 pub mod inventory;
 pub mod leader;
 pub mod limiter;
@@ -19,6 +20,7 @@ pub mod recorder;
 pub mod relist;
 pub mod reload;
 pub mod runner;
+pub mod spawned;
 pub mod supervisor;
 
 use crate::admin::{self, Health};
@@ -33,6 +35,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use supervisor::Supervisor;
+use tower::util::option_layer;
 
 /// Arguments of `ruleop run`.
 #[derive(Args, Debug, Clone)]
@@ -40,9 +43,14 @@ pub struct RunArgs {
     /// A rules file or directory (repeat for more). Watched: edits apply without a restart.
     #[arg(long, required = true)]
     pub rules: Vec<PathBuf>,
-    /// Reconciles running at once, per rule (at least 1).
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    /// Reconciles running at once, per rule (at least 1). Most send nothing; the writes
+    /// of all of them together are bounded by `--max-in-flight`.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
+    /// Requests at the API server at once, all rules together, watches aside (the others
+    /// wait their turn, first come, first served); 0 for no bound.
+    #[arg(long, default_value_t = 128)]
+    pub max_in_flight: u32,
     /// Requests per second to the API server, on average (client-side token bucket,
     /// as client-go's); 0 turns the limit off.
     #[arg(long, default_value_t = 1000.0)]
@@ -142,7 +150,7 @@ pub enum RunError {
 async fn client(
     watch_timeout: u32,
     identity: &str,
-    limiter: Option<Arc<limiter::Limiter>>,
+    guard: Guard,
 ) -> Result<kube::Client, RunError> {
     let mut config = kube::Config::infer()
         .await
@@ -157,10 +165,19 @@ async fn client(
         config.headers.push((http::header::USER_AGENT, agent));
     }
     let builder = kube::client::ClientBuilder::try_from(config).map_err(RunError::Client)?;
-    Ok(match limiter {
-        Some(l) => builder.with_layer(&limiter::LimitLayer(l)).build(),
-        None => builder.build(),
-    })
+    // The bucket is the outer layer: a request takes its token in turn, then waits for a
+    // slot.
+    let bounded = option_layer(guard.in_flight.map(in_flight::InFlightLayer));
+    let limited = option_layer(guard.limiter.map(limiter::LimitLayer));
+    Ok(builder.with_layer(&bounded).with_layer(&limited).build())
+}
+
+/// What stands between ruleop's requests and the API server: the token bucket (`--qps`,
+/// `--burst`) and the bound on requests at once (`--max-in-flight`).
+#[derive(Default)]
+struct Guard {
+    limiter: Option<Arc<limiter::Limiter>>,
+    in_flight: Option<Arc<in_flight::InFlight>>,
 }
 
 fn identity(args: &RunArgs) -> String {
@@ -220,9 +237,12 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let me = identity(&args);
     // The Lease is renewed outside the limiter: a busy leader must not lose its Lease
     // waiting behind its own writes.
-    let election_client = client(args.watch_timeout_seconds, &me, None).await?;
-    let limiter = limiter::Limiter::new(args.qps, args.burst, metrics.clone());
-    let client = client(args.watch_timeout_seconds, &me, limiter).await?;
+    let election_client = client(args.watch_timeout_seconds, &me, Guard::default()).await?;
+    let guard = Guard {
+        limiter: limiter::Limiter::new(args.qps, args.burst, metrics.clone()),
+        in_flight: in_flight::InFlight::new(args.max_in_flight, metrics.clone()),
+    };
+    let client = client(args.watch_timeout_seconds, &me, guard).await?;
     let addr = admin::serve(args.admin_addr, metrics.clone(), health.clone())
         .await
         .map_err(|source| RunError::Admin {

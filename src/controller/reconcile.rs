@@ -12,6 +12,7 @@ use crate::controller::discovery::Resolved;
 use crate::controller::events::EventQueue;
 use crate::controller::existing::{self, ExistingKind, Readers};
 use crate::controller::owners::OwnerIndex;
+use crate::controller::spawned::Spawned;
 use crate::metrics::Metrics;
 use crate::render::{self, FIELD_MANAGER, Plan, RenderError, Rendered};
 use crate::rules::CompiledRule;
@@ -27,6 +28,7 @@ use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tracing::Instrument;
 
 /// A child kind of a rule, with the cache of this rule's children of that kind.
 pub struct ChildKind {
@@ -99,6 +101,10 @@ pub enum ReconcileError {
     /// The object from the cache could not be turned into JSON (should not happen).
     #[error("reading the custom resource: {0}")]
     Decode(#[source] serde_json::Error),
+    /// The reconcile's task panicked (a bug in ruleop): retried with backoff, the other
+    /// resources go on.
+    #[error("the reconcile failed inside ruleop: {0}")]
+    Task(#[source] tokio::task::JoinError),
 }
 
 /// What became of the children this round; written as the `Synced` condition.
@@ -160,6 +166,7 @@ impl ReconcileError {
             ReconcileError::Apply(_) | ReconcileError::Decode(_) => "apply_transient",
             ReconcileError::Status(_) => "status_write",
             ReconcileError::NotLeader => "not_leader",
+            ReconcileError::Task(_) => "internal",
         }
     }
 }
@@ -239,10 +246,15 @@ fn retry_later(ctx: &Ctx, cr: &DynamicObject) -> Duration {
     backoff(count_failure(ctx, cr) - 1)
 }
 
-/// Reconciles one custom resource (read whole from its cached text).
+/// Reconciles one custom resource (read whole from its cached text), on a task of its own:
+/// the controller's one task only waits for it, so reconciles spread over every worker
+/// thread, and many can be in flight at once at little cost to that task (it polls every
+/// running reconcile each time one of them wakes).
 pub async fn reconcile(cached: Arc<Cached>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
     let cr = Arc::new(cached.object().map_err(ReconcileError::Decode)?);
-    reconcile_object(cr, ctx).await
+    Spawned::start(reconcile_object(cr, ctx).in_current_span())
+        .await
+        .map_err(ReconcileError::Task)?
 }
 
 async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {

@@ -10,6 +10,7 @@ use super::inventory;
 use super::owners::OwnerIndex;
 use super::reconcile::{ChildKind, Ctx, error_policy, reconcile};
 use super::relist::Relist;
+use super::spawned::Spawned;
 use crate::apply::{CACHE_LAG_GRACE, Memo, ObjectKey};
 use crate::render::RULE_LABEL;
 use crate::rules::CompiledRule;
@@ -70,16 +71,6 @@ fn scoped(
 
 /// How long a stopping rule waits for its in-flight reconciles.
 pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Aborts its task when dropped: a helper task never outlives the rule that spawned it,
-/// however that rule ends (stopped, or cancelled when leadership is lost).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
 
 /// A running rule.
 pub struct RuleTask {
@@ -342,7 +333,7 @@ fn existing_watch(
         .backoff(watch_backoff())
         .modify(crate::apply::slim)
         .inspect_ok(move |ev| sync.observe(watch_index, ev))
-        .map_ok(cached::compact)
+        .map_ok(cached::compact(&k.resource))
         .reflect(writer)
         .touched_objects();
     (stream, store)
@@ -377,7 +368,7 @@ async fn run(
         };
         let install =
             super::crds::keep_installing(client.clone(), rule.clone(), opts.fence.clone(), failed);
-        AbortOnDrop(tokio::spawn(install))
+        Spawned::start(install)
     });
     let w = &rule.watch;
     let what = format!("{}/{} {}", w.group, w.version, w.resource);
@@ -394,7 +385,7 @@ async fn run(
         return;
     }
     // Kinds the rule no longer makes are cleaned up beside the controller, until done.
-    let _cleanup = AbortOnDrop(tokio::spawn(
+    let _cleanup = Spawned::start(
         inventory::retire(
             inventory::Inventory {
                 client: client.clone(),
@@ -408,7 +399,7 @@ async fn run(
             opts.metrics.clone(),
         )
         .in_current_span(),
-    ));
+    );
     // The distinct child kinds and existing kinds, each resolved by discovery.
     let wanted = rule
         .children
@@ -449,7 +440,7 @@ async fn run(
         parent_sync.observe(0, ev);
         forget_gone_parents(ev, &parent_resource, &forget, &parent_relist);
     })
-    .map_ok(cached::compact)
+    .map_ok(cached::compact(&parent.resource))
     .reflect(parent_writer)
     .applied_objects();
 
@@ -497,7 +488,7 @@ async fn run(
             index.observe(ev);
             forget_gone_children(ev, &child_resource, &forget, &child_relist);
         })
-        .map_ok(cached::compact)
+        .map_ok(cached::compact(&k.resource))
         .reflect(writer)
         .touched_objects();
         controller = controller.owns_stream_with(stream, k.resource.clone());
