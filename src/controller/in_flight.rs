@@ -1,14 +1,19 @@
-//! A bound on the requests ruleop has at the API server at once (`--max-in-flight`),
-//! first come, first served.
+//! The last gate of every request ruleop makes, below the token bucket: it counts the
+//! requests (`ruleop_client_requests_total`), refuses a write once this replica may no
+//! longer write (the leader fence, asked again here because a write may have waited for
+//! its token or its slot since its sender asked), and, with `--max-in-flight N`, lets at
+//! most N requests be at the API server at once, first come, first served.
 //!
-//! The reconciles of a rule may run many at once (`--concurrency`), and most of them send
-//! nothing (the children and the status already match); the ones that write wait here,
-//! in the order they asked, for one of the bound's slots. So a burst of work reaches the
-//! API server as a steady queue it can serve, instead of hundreds of requests competing
-//! for its CPU, and no resource waits behind later ones. Watches hold no slot (they last
-//! minutes). The time requests waited for a slot is counted
+//! The bound is off by default: ruleop's requests are bound by the API server's latency,
+//! not its CPU (BENCHMARKS.md, "Latency: what holds it"), and a slow kind of write (a
+//! Service create takes seconds at 10,000 Services) would hold the slots the others wait
+//! for. On an API server shared with others, a bound keeps a burst of ruleop's work from
+//! taking all of it. Watches hold no slot (they last minutes); a slot is held from the
+//! request's turn until its answer's headers come (the client's own retries of a refused
+//! request included). The time requests waited for a slot is counted
 //! (`ruleop_client_in_flight_wait_seconds_total`).
 
+use crate::apply::Fence;
 use crate::metrics::Metrics;
 use std::future::Future;
 use std::pin::Pin;
@@ -16,44 +21,54 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 use tokio::sync::Semaphore;
-use tower::{Layer, Service};
+use tower::{BoxError, Layer, Service};
 
-/// The slots, and where the waits are counted.
-pub struct InFlight {
-    slots: Arc<Semaphore>,
+/// A write refused at the gate: this replica lost the leader Lease while it waited.
+#[derive(Debug, thiserror::Error)]
+#[error("not the leader any more: the write was not sent")]
+pub struct Fenced;
+
+/// The gate's state: the slots (if bounded), the fence, where it counts.
+pub struct Gate {
+    slots: Option<Arc<Semaphore>>,
+    fence: Arc<Fence>,
     metrics: Arc<Metrics>,
 }
 
-impl InFlight {
-    /// At most `max` requests at once; None for 0 (no bound).
-    pub fn new(max: u32, metrics: Arc<Metrics>) -> Option<Arc<InFlight>> {
-        let max = usize::try_from(max).ok().filter(|m| *m > 0)?;
-        Some(Arc::new(InFlight {
-            slots: Arc::new(Semaphore::new(max)),
+impl Gate {
+    /// At most `max` requests at once (0: no bound); writes only while `fence` holds.
+    pub fn new(max: u32, fence: Arc<Fence>, metrics: Arc<Metrics>) -> Arc<Gate> {
+        let slots = usize::try_from(max)
+            .ok()
+            .filter(|m| *m > 0)
+            .map(|m| Arc::new(Semaphore::new(m)));
+        Arc::new(Gate {
+            slots,
+            fence,
             metrics,
-        }))
+        })
     }
 }
 
-/// The layer that puts an [`InFlight`] bound in front of a client's service.
+/// The layer that puts a [`Gate`] in front of a client's service.
 #[derive(Clone)]
-pub struct InFlightLayer(pub Arc<InFlight>);
+pub struct GateLayer(pub Arc<Gate>);
 
-impl<S> Layer<S> for InFlightLayer {
-    type Service = Bounded<S>;
+impl<S> Layer<S> for GateLayer {
+    type Service = Gated<S>;
 
-    fn layer(&self, inner: S) -> Bounded<S> {
-        Bounded {
+    fn layer(&self, inner: S) -> Gated<S> {
+        Gated {
             inner,
-            bound: self.0.clone(),
+            gate: self.0.clone(),
         }
     }
 }
 
-/// A service whose requests (watches aside) each hold a slot until their answer comes.
-pub struct Bounded<S> {
+/// A service whose requests go through the [`Gate`].
+pub struct Gated<S> {
     inner: S,
-    bound: Arc<InFlight>,
+    gate: Arc<Gate>,
 }
 
 /// A watch lasts as long as the API server keeps it open: it holds no slot.
@@ -63,39 +78,51 @@ fn long_running<B>(req: &http::Request<B>) -> bool {
         .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
 }
 
-type Answer<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
+/// A request that changes something (what the fence guards).
+fn is_write<B>(req: &http::Request<B>) -> bool {
+    !matches!(*req.method(), http::Method::GET | http::Method::HEAD)
+}
 
-impl<S, B> Service<http::Request<B>> for Bounded<S>
+type Answer<R> = Pin<Box<dyn Future<Output = Result<R, BoxError>> + Send>>;
+
+impl<S, B> Service<http::Request<B>> for Gated<S>
 where
     S: Service<http::Request<B>>,
     S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
 {
     type Response = S::Response;
-    type Error = S::Error;
-    type Future = Answer<S::Response, S::Error>;
+    type Error = BoxError;
+    type Future = Answer<S::Response>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let long = long_running(&req);
-        // The client's futures send nothing until polled: the request goes once it holds
-        // a slot.
+        let bounded = !long_running(&req);
+        let write = is_write(&req);
+        // The client's futures send nothing until polled: the request goes once it has
+        // its turn, and not at all if the fence closed meanwhile.
         let answer = self.inner.call(req);
-        if long {
-            return Box::pin(answer);
-        }
-        let bound = self.bound.clone();
+        let gate = self.gate.clone();
         Box::pin(async move {
-            let since = Instant::now();
-            // The semaphore is never closed.
-            let _slot = bound.slots.clone().acquire_owned().await.ok();
-            bound
-                .metrics
-                .in_flight_wait
-                .inc_by(since.elapsed().as_secs_f64());
-            answer.await
+            let _slot = match (&gate.slots, bounded) {
+                (Some(slots), true) => {
+                    let since = Instant::now();
+                    // The semaphore is never closed.
+                    let slot = slots.clone().acquire_owned().await.ok();
+                    let waited = since.elapsed().as_secs_f64();
+                    gate.metrics.in_flight_wait.inc_by(waited);
+                    slot
+                }
+                _ => None,
+            };
+            if write && !gate.fence.holds() {
+                return Err(Fenced.into());
+            }
+            gate.metrics.client_requests.inc();
+            answer.await.map_err(Into::into)
         })
     }
 }
@@ -145,7 +172,7 @@ mod tests {
     async fn no_more_requests_at_once_than_the_bound_in_the_order_asked() {
         let metrics = Arc::new(Metrics::default());
         let seen = Slow::default();
-        let svc = InFlightLayer(InFlight::new(3, metrics.clone()).unwrap()).layer(seen.clone());
+        let svc = GateLayer(Gate::new(3, Fence::open(), metrics.clone())).layer(seen.clone());
         let svc = Arc::new(tokio::sync::Mutex::new(svc));
         // Asked one after the other, answered together.
         let mut answers = Vec::new();
@@ -164,13 +191,18 @@ mod tests {
             "the waits are counted: {}",
             metrics.in_flight_wait.get()
         );
+        assert_eq!(
+            metrics.client_requests.get(),
+            12,
+            "every request is counted"
+        );
     }
 
     #[tokio::test]
     async fn watches_hold_no_slot() {
         let metrics = Arc::new(Metrics::default());
         let seen = Slow::default();
-        let mut svc = InFlightLayer(InFlight::new(1, metrics).unwrap()).layer(seen.clone());
+        let mut svc = GateLayer(Gate::new(1, Fence::open(), metrics)).layer(seen.clone());
         svc.ready().await.unwrap();
         let watch = svc.call(get("/api/v1/pods?watch=true&resourceVersion=1"));
         svc.ready().await.unwrap();
@@ -186,10 +218,47 @@ mod tests {
         assert_eq!(seen.0.lock().unwrap().1, 2);
     }
 
+    #[tokio::test]
+    async fn without_a_bound_nothing_waits_and_a_closed_fence_stops_writes_only() {
+        let metrics = Arc::new(Metrics::default());
+        let seen = Slow::default();
+        let fence = Fence::elected();
+        fence.set(Some(Instant::now() + Duration::from_secs(3600)));
+        let mut svc = GateLayer(Gate::new(0, fence.clone(), metrics.clone())).layer(seen.clone());
+        let start = Instant::now();
+        let mut answers = Vec::new();
+        for i in 0..8 {
+            svc.ready().await.unwrap();
+            answers.push(svc.call(get(&format!("/r/{i}"))));
+        }
+        futures::future::join_all(answers).await;
+        assert!(
+            start.elapsed() < Duration::from_millis(150),
+            "no bound: all at once"
+        );
+        assert_eq!(seen.0.lock().unwrap().1, 8);
+        fence.set(None);
+        svc.ready().await.unwrap();
+        let write = http::Request::patch("/r/x").body(()).unwrap();
+        let refused = svc.call(write).await.unwrap_err();
+        assert!(refused.is::<Fenced>(), "{refused}");
+        svc.ready().await.unwrap();
+        svc.call(get("/r/y")).await.expect("reads go on");
+        assert_eq!(
+            metrics.client_requests.get(),
+            9,
+            "the refused write was not sent"
+        );
+        assert!(!seen.0.lock().unwrap().2.contains(&"/r/x".to_string()));
+    }
+
     #[test]
-    fn no_bound_for_zero() {
-        assert!(InFlight::new(0, Arc::new(Metrics::default())).is_none());
+    fn what_holds_a_slot_and_what_the_fence_guards() {
         assert!(!long_running(&get("/api/v1/pods?watchful=true")));
         assert!(long_running(&get("/api/v1/pods?limit=1&watch=1")));
+        assert!(!is_write(&get("/api/v1/pods")));
+        assert!(is_write(
+            &http::Request::post("/api/v1/pods").body(()).unwrap()
+        ));
     }
 }

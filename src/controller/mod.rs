@@ -43,13 +43,13 @@ pub struct RunArgs {
     /// A rules file or directory (repeat for more). Watched: edits apply without a restart.
     #[arg(long, required = true)]
     pub rules: Vec<PathBuf>,
-    /// Reconciles running at once, per rule (at least 1). Most send nothing; the writes
-    /// of all of them together are bounded by `--max-in-flight`.
+    /// Reconciles running at once, per rule (at least 1). Most send nothing and end at
+    /// once; one that writes holds its place until the API server answers.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
     /// Requests at the API server at once, all rules together, watches aside (the others
-    /// wait their turn, first come, first served); 0 for no bound.
-    #[arg(long, default_value_t = 128)]
+    /// wait their turn, first come, first served); 0 (the default) for no bound.
+    #[arg(long, default_value_t = 0)]
     pub max_in_flight: u32,
     /// Requests per second to the API server, on average (client-side token bucket,
     /// as client-go's); 0 turns the limit off.
@@ -165,19 +165,20 @@ async fn client(
         config.headers.push((http::header::USER_AGENT, agent));
     }
     let builder = kube::client::ClientBuilder::try_from(config).map_err(RunError::Client)?;
-    // The bucket is the outer layer: a request takes its token in turn, then waits for a
-    // slot.
-    let bounded = option_layer(guard.in_flight.map(in_flight::InFlightLayer));
+    // The bucket is the outer layer: a request takes its token in turn, then goes through
+    // the gate (its slot, the fence, the count).
+    let gated = option_layer(guard.gate.map(in_flight::GateLayer));
     let limited = option_layer(guard.limiter.map(limiter::LimitLayer));
-    Ok(builder.with_layer(&bounded).with_layer(&limited).build())
+    Ok(builder.with_layer(&gated).with_layer(&limited).build())
 }
 
 /// What stands between ruleop's requests and the API server: the token bucket (`--qps`,
-/// `--burst`) and the bound on requests at once (`--max-in-flight`).
+/// `--burst`) and the gate (`--max-in-flight`, the leader fence, the request count). The
+/// leader election's own client has neither.
 #[derive(Default)]
 struct Guard {
     limiter: Option<Arc<limiter::Limiter>>,
-    in_flight: Option<Arc<in_flight::InFlight>>,
+    gate: Option<Arc<in_flight::Gate>>,
 }
 
 fn identity(args: &RunArgs) -> String {
@@ -238,11 +239,6 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     // The Lease is renewed outside the limiter: a busy leader must not lose its Lease
     // waiting behind its own writes.
     let election_client = client(args.watch_timeout_seconds, &me, Guard::default()).await?;
-    let guard = Guard {
-        limiter: limiter::Limiter::new(args.qps, args.burst, metrics.clone()),
-        in_flight: in_flight::InFlight::new(args.max_in_flight, metrics.clone()),
-    };
-    let client = client(args.watch_timeout_seconds, &me, guard).await?;
     let addr = admin::serve(args.admin_addr, metrics.clone(), health.clone())
         .await
         .map_err(|source| RunError::Admin {
@@ -276,6 +272,15 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         Election::start(election_client.clone(), cfg.clone())
     });
     let fence = election.as_ref().map_or_else(Fence::open, Election::fence);
+    let guard = Guard {
+        limiter: limiter::Limiter::new(args.qps, args.burst, metrics.clone()),
+        gate: Some(in_flight::Gate::new(
+            args.max_in_flight,
+            fence.clone(),
+            metrics.clone(),
+        )),
+    };
+    let client = client(args.watch_timeout_seconds, &me, guard).await?;
     let opts = Options {
         concurrency: args.concurrency,
         resync: Duration::from_secs(args.resync_seconds),

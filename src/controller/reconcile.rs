@@ -12,11 +12,11 @@ use crate::controller::discovery::Resolved;
 use crate::controller::events::EventQueue;
 use crate::controller::existing::{self, ExistingKind, Readers};
 use crate::controller::owners::OwnerIndex;
-use crate::controller::spawned::Spawned;
 use crate::metrics::Metrics;
 use crate::render::{self, FIELD_MANAGER, Plan, RenderError, Rendered};
 use crate::rules::CompiledRule;
 use crate::status::{self, Condition, merge_conditions};
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -26,9 +26,9 @@ use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tracing::Instrument;
 
 /// A child kind of a rule, with the cache of this rule's children of that kind.
 pub struct ChildKind {
@@ -101,10 +101,10 @@ pub enum ReconcileError {
     /// The object from the cache could not be turned into JSON (should not happen).
     #[error("reading the custom resource: {0}")]
     Decode(#[source] serde_json::Error),
-    /// The reconcile's task panicked (a bug in ruleop): retried with backoff, the other
-    /// resources go on.
+    /// The reconcile panicked (a bug in ruleop): retried with backoff, the other resources
+    /// go on.
     #[error("the reconcile failed inside ruleop: {0}")]
-    Task(#[source] tokio::task::JoinError),
+    Panicked(String),
 }
 
 /// What became of the children this round; written as the `Synced` condition.
@@ -166,7 +166,7 @@ impl ReconcileError {
             ReconcileError::Apply(_) | ReconcileError::Decode(_) => "apply_transient",
             ReconcileError::Status(_) => "status_write",
             ReconcileError::NotLeader => "not_leader",
-            ReconcileError::Task(_) => "internal",
+            ReconcileError::Panicked(_) => "internal",
         }
     }
 }
@@ -246,15 +246,24 @@ fn retry_later(ctx: &Ctx, cr: &DynamicObject) -> Duration {
     backoff(count_failure(ctx, cr) - 1)
 }
 
-/// Reconciles one custom resource (read whole from its cached text), on a task of its own:
-/// the controller's one task only waits for it, so reconciles spread over every worker
-/// thread, and many can be in flight at once at little cost to that task (it polls every
-/// running reconcile each time one of them wakes).
+/// Reconciles one custom resource (read whole from its cached text). kube-runtime runs
+/// each reconcile on a task of its own and takes a panic there for its own end (the rule's
+/// controller would stop); a panic (a bug in ruleop) is caught here instead and becomes an
+/// error of this resource alone, retried with backoff.
 pub async fn reconcile(cached: Arc<Cached>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
     let cr = Arc::new(cached.object().map_err(ReconcileError::Decode)?);
-    Spawned::start(reconcile_object(cr, ctx).in_current_span())
+    AssertUnwindSafe(reconcile_object(cr, ctx))
+        .catch_unwind()
         .await
-        .map_err(ReconcileError::Task)?
+        .map_err(|p| ReconcileError::Panicked(panic_message(p.as_ref())))?
+}
+
+/// What a panic said.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
 }
 
 async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {

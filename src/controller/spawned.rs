@@ -1,10 +1,7 @@
-//! A task of its own that ends with whoever holds it.
-//!
-//! Each reconcile runs on a task of its own (so reconciles use every worker thread, and a
-//! slow one holds up nobody else's polling), and so do the helpers beside a rule (its CRD
-//! installer, the clean-up of kinds it no longer makes). Whoever holds the [`Spawned`]
-//! awaits it; dropping it aborts the task, so a task never outlives the rule or the
-//! reconcile slot that started it (a rule stopped, or cancelled when leadership is lost).
+//! A task of its own that ends with whoever holds it: the helpers beside a rule (its CRD
+//! installer, the clean-up of kinds it no longer makes). Whoever holds the [`Spawned`] may
+//! await it; dropping it aborts the task (at its next await), so a helper does not run on
+//! after the rule that started it ends (stopped, or cancelled when leadership is lost).
 
 use std::future::Future;
 use std::pin::Pin;
