@@ -482,7 +482,11 @@ async fn a_restart_sends_nothing_for_the_resources_already_in_place() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (_, metrics_later) = common::http_get(&addr, "/metrics");
     let requests = counter(&metrics_later, "ruleop_client_requests_total");
-    assert_eq!(counter(&metrics_later, "ruleop_writes_total"), 0.0, "no write");
+    assert_eq!(
+        counter(&metrics_later, "ruleop_writes_total"),
+        0.0,
+        "no write"
+    );
     // Discovery, the inventory, a list and a watch per kind: about a dozen, whatever N.
     // Applying each child again would add 2 per resource. (Every request is counted, at the
     // client's last layer.)

@@ -4,11 +4,14 @@
 //! its token or its slot since its sender asked), and, with `--max-in-flight N`, lets at
 //! most N requests be at the API server at once, first come, first served.
 //!
-//! The bound is off by default: ruleop's requests are bound by the API server's latency,
-//! not its CPU (BENCHMARKS.md, "Latency: what holds it"), and a slow kind of write (a
-//! Service create takes seconds at 10,000 Services) would hold the slots the others wait
-//! for. On an API server shared with others, a bound keeps a burst of ruleop's work from
-//! taking all of it. Watches hold no slot (they last minutes); a slot is held from the
+//! The bound (default 128) is well above what ruleop needs in steady work and binds in a
+//! burst: each request at once is a connection of its own (HTTP/1.1, with its TLS state),
+//! and 256 reconciles sending two children each would open 512 (BENCHMARKS.md: peak RSS
+//! at N=1000 68.5 MiB with no bound, 58.6 with 128, 39.8 with 32 reconciles). It is not
+//! lower because ruleop's requests are bound by the API server's latency, not its CPU
+//! (BENCHMARKS.md, "Latency: what holds it"): 32 halved ruleop's rate, and a slow kind of
+//! write (a Service create takes seconds at 10,000 Services) holds the slots the others
+//! wait for. Watches hold no slot (they last minutes); a slot is held from the
 //! request's turn until its answer's headers come (the client's own retries of a refused
 //! request included). The time requests waited for a slot is counted
 //! (`ruleop_client_in_flight_wait_seconds_total`).

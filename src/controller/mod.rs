@@ -48,8 +48,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
     /// Requests at the API server at once, all rules together, watches aside (the others
-    /// wait their turn, first come, first served); 0 (the default) for no bound.
-    #[arg(long, default_value_t = 0)]
+    /// wait their turn, first come, first served); 0 for no bound. Each request at once is
+    /// a connection of its own (HTTP/1.1), with its memory.
+    #[arg(long, default_value_t = 128)]
     pub max_in_flight: u32,
     /// Requests per second to the API server, on average (client-side token bucket,
     /// as client-go's); 0 turns the limit off.
