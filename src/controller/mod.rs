@@ -20,7 +20,6 @@ pub mod recorder;
 pub mod relist;
 pub mod reload;
 pub mod runner;
-pub mod spawned;
 pub mod supervisor;
 
 use crate::admin::{self, Health};

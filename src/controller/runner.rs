@@ -10,7 +10,6 @@ use super::inventory;
 use super::owners::OwnerIndex;
 use super::reconcile::{ChildKind, Ctx, error_policy, reconcile};
 use super::relist::Relist;
-use super::spawned::Spawned;
 use crate::apply::{CACHE_LAG_GRACE, Memo, ObjectKey};
 use crate::render::RULE_LABEL;
 use crate::rules::CompiledRule;
@@ -71,6 +70,16 @@ fn scoped(
 
 /// How long a stopping rule waits for its in-flight reconciles.
 pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Aborts its task when dropped: a helper task never outlives the rule that spawned it,
+/// however that rule ends (stopped, or cancelled when leadership is lost).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 /// A running rule.
 pub struct RuleTask {
@@ -368,7 +377,7 @@ async fn run(
         };
         let install =
             super::crds::keep_installing(client.clone(), rule.clone(), opts.fence.clone(), failed);
-        Spawned::start(install)
+        AbortOnDrop(tokio::spawn(install))
     });
     let w = &rule.watch;
     let what = format!("{}/{} {}", w.group, w.version, w.resource);
@@ -385,7 +394,7 @@ async fn run(
         return;
     }
     // Kinds the rule no longer makes are cleaned up beside the controller, until done.
-    let _cleanup = Spawned::start(
+    let _cleanup = AbortOnDrop(tokio::spawn(
         inventory::retire(
             inventory::Inventory {
                 client: client.clone(),
@@ -399,7 +408,7 @@ async fn run(
             opts.metrics.clone(),
         )
         .in_current_span(),
-    );
+    ));
     // The distinct child kinds and existing kinds, each resolved by discovery.
     let wanted = rule
         .children
