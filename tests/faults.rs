@@ -81,15 +81,6 @@ async fn wait_converged(kc: &str, ns: &str, n: usize, image: &str, timeout: Dura
     panic!("not converged after {timeout:?}: {last}");
 }
 
-fn metric(op: &Operator, addr: &str, name: &str) -> f64 {
-    let _ = op;
-    let (_, text) = common::http_get(addr, "/metrics");
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test]
 async fn the_api_server_stopped_for_30s_mid_wave_then_every_resource_converges() {
     let _heavy = HEAVY.lock().await;
@@ -125,11 +116,11 @@ async fn the_api_server_stopped_for_30s_mid_wave_then_every_resource_converges()
     .await;
     cluster.ctl("stop", "kube-apiserver");
     let _ = creator.wait();
-    let before = metric(&op, &addr, "ruleop_reconcile_errors_total");
+    let before = common::admin_metric(&addr, "ruleop_reconcile_errors_total");
     let logs_before = op.records().len();
     let down = Instant::now();
     tokio::time::sleep(Duration::from_secs(30)).await;
-    let during = metric(&op, &addr, "ruleop_reconcile_errors_total") - before;
+    let during = common::admin_metric(&addr, "ruleop_reconcile_errors_total") - before;
     let complaints = op.records()[logs_before..]
         .iter()
         .filter(|r| r["level"] == "WARN" || r["level"] == "ERROR")
@@ -384,7 +375,7 @@ async fn another_field_manager_is_left_alone_and_nothing_flaps() {
         None,
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let writes = metric(&op, &addr, "ruleop_writes_total");
+    let writes = common::admin_metric(&addr, "ruleop_writes_total");
     let with_fields = || -> Value {
         let out = kubectl_ok(
             &[
@@ -406,7 +397,7 @@ async fn another_field_manager_is_left_alone_and_nothing_flaps() {
     let d1 = with_fields();
     let s1 = get_json("service", &ns, "m-web").unwrap();
     assert_eq!(
-        metric(&op, &addr, "ruleop_writes_total"),
+        common::admin_metric(&addr, "ruleop_writes_total"),
         writes,
         "ruleop wrote after another manager's edit"
     );
@@ -538,8 +529,8 @@ async fn a_minute_of_steady_state_brings_no_writes_and_bounded_reconciles() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(60);
     let (w0, r0) = (
-        metric(&op, &addr, "ruleop_writes_total"),
-        metric(&op, &addr, "ruleop_reconciles_total"),
+        common::admin_metric(&addr, "ruleop_writes_total"),
+        common::admin_metric(&addr, "ruleop_reconciles_total"),
     );
     let rv = |kind: &str| {
         list_at(&kc, kind, &ns, None)
@@ -550,8 +541,8 @@ async fn a_minute_of_steady_state_brings_no_writes_and_bounded_reconciles() {
     let before = (rv("websites"), rv("deployments"), rv("services"));
     tokio::time::sleep(Duration::from_secs(secs)).await;
     let (w1, r1) = (
-        metric(&op, &addr, "ruleop_writes_total"),
-        metric(&op, &addr, "ruleop_reconciles_total"),
+        common::admin_metric(&addr, "ruleop_writes_total"),
+        common::admin_metric(&addr, "ruleop_reconciles_total"),
     );
     println!(
         "steady state over {secs}s with {n} resources: {} writes, {} reconciles",

@@ -12,20 +12,16 @@ use std::time::Duration;
 const RULES: &str = "tests/fixtures/microservice/rules.yaml";
 const CRD: &str = "tests/fixtures/microservice/crd.yaml";
 
-fn metric(addr: &str, name: &str) -> f64 {
-    let (_, text) = common::http_get(addr, "/metrics");
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// After a short settling time, ten seconds with no write by ruleop.
 async fn assert_no_writes(addr: &str, what: &str) {
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let w0 = metric(addr, "ruleop_writes_total");
+    let w0 = common::admin_metric(addr, "ruleop_writes_total");
     tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(metric(addr, "ruleop_writes_total"), w0, "{what}");
+    assert_eq!(
+        common::admin_metric(addr, "ruleop_writes_total"),
+        w0,
+        "{what}"
+    );
 }
 
 fn patch(ns: &str, json: &str) {

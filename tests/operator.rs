@@ -437,15 +437,6 @@ async fn a_cluster_scoped_child_kind_is_refused_on_the_resource_and_nothing_is_c
     common::delete_namespace(&ns);
 }
 
-/// A counter from ruleop's /metrics (0 when absent).
-fn counter(metrics: &str, name: &str) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test]
 async fn a_restart_sends_nothing_for_the_resources_already_in_place() {
     const N: usize = 30;
@@ -475,15 +466,15 @@ async fn a_restart_sends_nothing_for_the_resources_already_in_place() {
     let addr = second.admin_addr().await;
     eventually(T, "every resource reconciled after the restart", || async {
         let (_, m) = common::http_get(&addr, "/metrics");
-        (counter(&m, "ruleop_reconciles_total") >= N as f64).then_some(())
+        (common::metric_sum(&m, "ruleop_reconciles_total") >= N as f64).then_some(())
     })
     .await;
     // The last reconciles to start have ended.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (_, metrics_later) = common::http_get(&addr, "/metrics");
-    let requests = counter(&metrics_later, "ruleop_client_requests_total");
+    let requests = common::metric_sum(&metrics_later, "ruleop_client_requests_total");
     assert_eq!(
-        counter(&metrics_later, "ruleop_writes_total"),
+        common::metric_sum(&metrics_later, "ruleop_writes_total"),
         0.0,
         "no write"
     );

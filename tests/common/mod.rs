@@ -250,6 +250,19 @@ impl Operator {
     }
 }
 
+/// The sum of every series of `name` in a /metrics text (0 when there is none).
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// [`metric_sum`] of `name` as ruleop's admin server at `addr` reports it now.
+pub fn admin_metric(addr: &str, name: &str) -> f64 {
+    metric_sum(&http_get(addr, "/metrics").1, name)
+}
+
 /// GET over plain HTTP/1.0 on loopback: (status code, body).
 pub fn http_get(addr: &str, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
