@@ -37,6 +37,8 @@ pub struct Metrics {
     pub reconcile_duration: Family<RuleLabels, Histogram>,
     pub writes: Family<WriteLabels, Counter>,
     pub events_dropped: Family<RuleLabels, Counter>,
+    /// Child writes a reconcile stopped waiting for (they went on by themselves).
+    pub slow_writes: Family<RuleLabels, Counter>,
     pub retired_kinds_pending: Family<RuleLabels, Gauge>,
     pub rule_load_failures: Counter,
     pub rule_load_errors: Gauge,
@@ -60,6 +62,7 @@ impl Default for Metrics {
         });
         let writes = Family::<WriteLabels, Counter>::default();
         let events_dropped = Family::<RuleLabels, Counter>::default();
+        let slow_writes = Family::<RuleLabels, Counter>::default();
         let retired_kinds_pending = Family::<RuleLabels, Gauge>::default();
         let rule_load_failures = Counter::default();
         let rule_load_errors = Gauge::default();
@@ -84,6 +87,11 @@ impl Default for Metrics {
             limiter_wait.clone(),
         );
         registry.register("reconciles", "Reconciles run, per rule", reconciles.clone());
+        registry.register(
+            "slow_writes",
+            "Child writes the API server had not answered after 5 s, per rule: the reconcile let them go on by themselves and wrote the status meanwhile",
+            slow_writes.clone(),
+        );
         registry.register(
             "reconcile_errors",
             "Reconcile errors, per rule and category",
@@ -136,6 +144,7 @@ impl Default for Metrics {
             reconcile_duration,
             writes,
             events_dropped,
+            slow_writes,
             retired_kinds_pending,
             rule_load_failures,
             rule_load_errors,
@@ -161,6 +170,15 @@ impl Metrics {
             .get_or_create(&ErrorLabels {
                 rule: rule.to_string(),
                 category,
+            })
+            .inc();
+    }
+
+    /// A child write that went on by itself (see `controller::slow`).
+    pub fn slow_write(&self, rule: &str) {
+        self.slow_writes
+            .get_or_create(&RuleLabels {
+                rule: rule.to_string(),
             })
             .inc();
     }

@@ -1,14 +1,17 @@
 //! The guard for the API server, on a control plane of its own with the API server's audit
 //! log: ruleop run with a low `--qps` sends, over every window of time, no more requests
 //! than its token bucket allows (as the API server itself recorded them), and says how
-//! long its requests waited.
+//! long its requests waited. And on the shared control plane: a child write the API server
+//! is slow to answer does not hold up the resource's status, and is sent once.
 
 mod common;
 
-use common::{Operator, eventually};
-use serde_json::Value;
+use common::{Operator, condition, eventually, get_json, kubectl, kubectl_ok};
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 const POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -136,4 +139,121 @@ async fn a_low_qps_is_honoured_over_every_window() {
         waited > 1.0,
         "time waiting for the limiter is reported: {waited}"
     );
+}
+
+/// How long the API server waits for the webhook that never answers (then goes on; at
+/// most 10 s, its TLS handshake timeout).
+const WEBHOOK_WAIT: u64 = 9;
+
+/// A TCP listener that accepts and never answers (a TLS handshake to it hangs), counting
+/// the connections; (its port, the count).
+fn silent_listener() -> (u16, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            seen.fetch_add(1, Ordering::SeqCst);
+            held.push(conn);
+        }
+    });
+    (port, count)
+}
+
+#[tokio::test]
+async fn a_slow_child_write_does_not_hold_up_the_status_and_is_sent_once() {
+    let client = common::client().await;
+    common::install_crds(&["tests/fixtures/cache/crd.yaml"]);
+    let ns = common::namespace(&client, "slow-write").await;
+    // For the ConfigMaps labelled for this test, a webhook that never answers: the API
+    // server waits for it, then (failurePolicy Ignore) creates the ConfigMap.
+    let (port, calls) = silent_listener();
+    let hook = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": format!("ruleop-{ns}")},
+        "webhooks": [{
+            "name": "silent.ruleop.dev", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "failurePolicy": "Ignore", "timeoutSeconds": WEBHOOK_WAIT,
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/")},
+            "objectSelector": {"matchLabels": {"ruleop-test/slow": ns}},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]
+        }]
+    });
+    kubectl_ok(&["apply", "-f", "-"], Some(&hook.to_string()));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let op = Operator::start(&ns, &["tests/fixtures/cache/slow.yaml"], &[]);
+    let addr = op.admin_addr().await;
+    let cache = format!(
+        "apiVersion: test.ruleop.dev/v1alpha1\nkind: Cache\nmetadata: {{name: c1, namespace: {ns}}}\nspec: {{fail: {ns}}}\n"
+    );
+    let created = Instant::now();
+    kubectl_ok(&["apply", "-f", "-"], Some(&cache));
+
+    // The status, while the slow write is on its way: the fast child's field, and Synced
+    // says which child is being written.
+    let applying = eventually(
+        Duration::from_secs(WEBHOOK_WAIT),
+        "a status naming the write on its way",
+        || async {
+            let c = get_json("cache", &ns, "c1")?;
+            let synced = condition(&c, "Synced")?.clone();
+            (synced["reason"] == "Applying").then_some((c, synced))
+        },
+    )
+    .await;
+    let status_after = created.elapsed();
+    let slow_there = get_json("configmap", &ns, "c1-slow").is_some();
+    println!(
+        "status written {:.1} s after the create, the slow write on its way: {}",
+        status_after.as_secs_f64(),
+        applying.1["message"]
+    );
+    assert!(!slow_there, "the slow ConfigMap was not there yet");
+    assert_eq!(applying.0["status"]["config"], "c1-fast");
+    assert!(
+        applying.1["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("c1-slow") && m.contains("child `slow`")),
+        "{}",
+        applying.1
+    );
+
+    // Once the API server answers: the ConfigMap, Synced=True, and one write of it sent.
+    eventually(Duration::from_secs(30), "Synced=True", || async {
+        let c = get_json("cache", &ns, "c1")?;
+        (condition(&c, "Synced")?["status"] == "True").then_some(())
+    })
+    .await;
+    let done_after = created.elapsed();
+    assert!(get_json("configmap", &ns, "c1-slow").is_some());
+    kubectl(
+        &[
+            "delete",
+            "validatingwebhookconfiguration",
+            &format!("ruleop-{ns}"),
+        ],
+        None,
+    );
+    println!(
+        "Synced=True {:.1} s after the create; webhook calls: {}",
+        done_after.as_secs_f64(),
+        calls.load(Ordering::SeqCst)
+    );
+    assert!(
+        done_after >= Duration::from_secs(WEBHOOK_WAIT - 1),
+        "{done_after:?}"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "one write of the slow child sent"
+    );
+    assert_eq!(common::admin_metric(&addr, "ruleop_slow_writes_total"), 1.0);
+    assert_eq!(
+        common::admin_metric(&addr, "ruleop_reconcile_errors_total"),
+        0.0
+    );
+    common::delete_namespace(&ns);
 }

@@ -58,6 +58,14 @@ pub enum ApplyError {
     /// was sent.
     #[error("not the leader (the Lease was not renewed in time): nothing written")]
     NotLeader,
+    /// A write that went on by itself ended without an answer (stopped, or a bug in
+    /// ruleop): retried with backoff.
+    #[error("{kind} {name}: the write ended without an answer ({why})")]
+    Lost {
+        kind: String,
+        name: String,
+        why: String,
+    },
 }
 
 /// The two kinds of refusal (the README's error classification table).

@@ -4,7 +4,9 @@
 //! no longer rendered that are ours. Every problem is collected, not returned early, so
 //! the status is written whatever happened.
 
+use super::leader::Fence;
 use super::reconcile::{ChildKind, Ctx, event};
+use super::slow::{self, Step};
 use crate::apply::{self, ApplyError, Claim, ObjectKey, Outcome, Refusal, Verdict, Written};
 use crate::controller::owners::controller_uid;
 use crate::render::{CHILD_LABEL, Plan, Rendered, group_of};
@@ -14,6 +16,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
 
 /// How a problem is retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +28,8 @@ pub enum Retry {
     /// Something outside the resource must change (RBAC, a quota, another's object):
     /// retried with backoff until it goes through.
     Backoff,
+    /// A write is still on its way ([`super::slow`]): looked at again in a second.
+    Soon,
 }
 
 /// Why the children do not match the rule: the `Synced` condition's reason and message.
@@ -112,6 +118,21 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, cr_uid: &str, children: &[Rende
             continue;
         }
         let key = ObjectKey::of(c);
+        // A write of this child that an earlier reconcile let go on by itself.
+        match ctx.slow.take(&key).await {
+            Some(Step::OnItsWay) => {
+                round.problems.push(on_its_way(c));
+                if let Some(live) = live {
+                    round.observed.insert(c.instance(), live);
+                }
+                continue;
+            }
+            Some(Step::Done(answer)) => {
+                let result = answer.unwrap_or_else(|e| Err(lost(c, &e)));
+                record(ctx, ns, c, key.clone(), live.clone(), result, &mut round);
+            }
+            None => {}
+        }
         let last = ctx.memo.get(&key);
         if apply::needs_apply(c, live.as_ref(), last.as_ref()) {
             let api: Api<DynamicObject> =
@@ -124,14 +145,76 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, cr_uid: &str, children: &[Rende
             }
         }
     }
-    let writes = pending
-        .iter()
-        .map(|(c, _, live, api, claim)| apply::write_child(api, c, live.as_ref(), *claim));
-    let results = futures::future::join_all(writes).await;
-    for ((c, key, live, _, _), result) in pending.into_iter().zip(results) {
-        record(ctx, ns, c, key, live, result, &mut round);
+    let writes = pending.iter().map(|(c, key, live, api, claim)| {
+        let write = owned_write(api.clone(), c, live.clone(), claim, ctx.fence.clone());
+        ctx.slow.send(key.clone(), write, slow::PATIENCE)
+    });
+    let steps = futures::future::join_all(writes).await;
+    for ((c, key, live, _, _), step) in pending.into_iter().zip(steps) {
+        match step {
+            Step::Done(answer) => {
+                let result = answer.unwrap_or_else(|e| Err(lost(c, &e)));
+                record(ctx, ns, c, key, live, result, &mut round);
+            }
+            Step::OnItsWay => {
+                ctx.metrics.slow_write(&ctx.rule.name);
+                round.problems.push(on_its_way(c));
+                if let Some(live) = live {
+                    round.observed.insert(c.instance(), live);
+                }
+            }
+        }
     }
     round
+}
+
+/// [`apply::write_child`] as a task of its own (it may outlast the reconcile).
+fn owned_write(
+    api: Api<DynamicObject>,
+    c: &Rendered,
+    live: Option<Value>,
+    claim: &Claim<'_>,
+    fence: Arc<Fence>,
+) -> impl Future<Output = Result<Outcome, ApplyError>> + Send + 'static {
+    let (c, uid, rule, adopt) = (
+        c.clone(),
+        claim.cr_uid.to_string(),
+        claim.rule.to_string(),
+        claim.adopt,
+    );
+    async move {
+        let claim = Claim {
+            cr_uid: &uid,
+            rule: &rule,
+            adopt,
+            fence: &fence,
+        };
+        apply::write_child(&api, &c, live.as_ref(), claim).await
+    }
+}
+
+/// The `Synced` problem of a child whose write is still on its way.
+fn on_its_way(c: &Rendered) -> Problem {
+    Problem {
+        reason: "Applying",
+        message: format!(
+            "{} {} (child `{}`): the API server has not answered its write after {} s; it is still on its way",
+            c.kind,
+            c.name,
+            c.id,
+            slow::PATIENCE.as_secs()
+        ),
+        retry: Retry::Soon,
+    }
+}
+
+/// A write whose task ended without an answer (stopped, or a panic): retried.
+fn lost(c: &Rendered, e: &tokio::task::JoinError) -> ApplyError {
+    ApplyError::Lost {
+        kind: c.kind.clone(),
+        name: c.name.clone(),
+        why: e.to_string(),
+    }
 }
 
 /// Books one write's result into the round.

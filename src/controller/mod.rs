@@ -20,6 +20,7 @@ pub mod recorder;
 pub mod relist;
 pub mod reload;
 pub mod runner;
+pub mod slow;
 pub mod supervisor;
 
 use crate::admin::{self, Health};

@@ -80,6 +80,8 @@ pub struct Ctx {
     pub existing_kind: Vec<usize>,
     /// Which resources read which existing objects.
     pub readers: Arc<Readers>,
+    /// Child writes still on their way after a reconcile stopped waiting for them.
+    pub slow: super::slow::Slow<Result<apply::Outcome, ApplyError>>,
 }
 
 /// How long reconciles wait for the rule's watches to list before going ahead anyway (a
@@ -124,9 +126,12 @@ impl Sync {
         for p in problems {
             first.message.push_str("; ");
             first.message.push_str(&p.message);
-            if p.retry == Retry::Backoff {
-                first.retry = Retry::Backoff;
-            }
+            // A write on its way is looked at soonest; a fault outside, with backoff.
+            first.retry = match (first.retry, p.retry) {
+                (Retry::Soon, _) | (_, Retry::Soon) => Retry::Soon,
+                (Retry::Backoff, _) | (_, Retry::Backoff) => Retry::Backoff,
+                _ => Retry::OnChange,
+            };
         }
         Sync::Failed(first)
     }
@@ -358,6 +363,9 @@ async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Actio
             retry: Retry::Backoff,
             ..
         }) => Action::requeue(retry_later(&ctx, &cr)),
+        Sync::Failed(Problem {
+            retry: Retry::Soon, ..
+        }) => Action::requeue(super::slow::RECHECK),
     })
 }
 
@@ -428,10 +436,15 @@ fn report_problem(ctx: &Ctx, cr: &DynamicObject, cr_json: &Value, p: &Problem) {
         "Forbidden" => "forbidden",
         _ => "apply_refused",
     };
-    // Waiting for a child or an existing object is the graph at work, not a fault.
-    let waiting = p.reason == "Waiting";
+    // Waiting for a child or an existing object is the graph at work, and a write still on
+    // its way the API server's pace: neither is a fault.
+    let waiting = matches!(p.reason, "Waiting" | "Applying");
     if waiting {
         tracing::info!(rule = %ctx.rule.name, object = %key_of(cr), reason = p.reason, message = %p.message, "custom resource waits");
+        if p.reason == "Applying" {
+            // The write's own Event follows its answer.
+            return;
+        }
     } else {
         ctx.metrics.error(&ctx.rule.name, category);
         tracing::warn!(rule = %ctx.rule.name, object = %key_of(cr), reason = p.reason, error = %p.message, "custom resource not synced");

@@ -556,6 +556,7 @@ async fn run(
         existing,
         existing_kind,
         readers: kept.readers,
+        slow: Default::default(),
     });
 
     tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, "rule started");
