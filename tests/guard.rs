@@ -168,11 +168,12 @@ async fn a_slow_child_write_does_not_hold_up_the_status_and_is_sent_once() {
     common::install_crds(&["tests/fixtures/cache/crd.yaml"]);
     let ns = common::namespace(&client, "slow-write").await;
     // For the ConfigMaps labelled for this test, a webhook that never answers: the API
-    // server waits for it, then (failurePolicy Ignore) creates the ConfigMap.
+    // server waits for it, then (failurePolicy Ignore) writes the ConfigMap.
     let (port, calls) = silent_listener();
+    let hook_name = format!("ruleop-{ns}");
     let hook = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": format!("ruleop-{ns}")},
+        "metadata": {"name": hook_name},
         "webhooks": [{
             "name": "silent.ruleop.dev", "admissionReviewVersions": ["v1"], "sideEffects": "None",
             "failurePolicy": "Ignore", "timeoutSeconds": WEBHOOK_WAIT,
@@ -182,11 +183,17 @@ async fn a_slow_child_write_does_not_hold_up_the_status_and_is_sent_once() {
         }]
     });
     kubectl_ok(&["apply", "-f", "-"], Some(&hook.to_string()));
+    let _cleanup = Defer(move || {
+        kubectl(
+            &["delete", "validatingwebhookconfiguration", &hook_name],
+            None,
+        );
+    });
     tokio::time::sleep(Duration::from_secs(2)).await;
     let op = Operator::start(&ns, &["tests/fixtures/cache/slow.yaml"], &[]);
     let addr = op.admin_addr().await;
     let cache = format!(
-        "apiVersion: test.ruleop.dev/v1alpha1\nkind: Cache\nmetadata: {{name: c1, namespace: {ns}}}\nspec: {{fail: {ns}}}\n"
+        "apiVersion: test.ruleop.dev/v1alpha1\nkind: Cache\nmetadata: {{name: c1, namespace: {ns}}}\nspec: {{fail: {ns}, v: '1'}}\n"
     );
     let created = Instant::now();
     kubectl_ok(&["apply", "-f", "-"], Some(&cache));
@@ -194,7 +201,7 @@ async fn a_slow_child_write_does_not_hold_up_the_status_and_is_sent_once() {
     // The status, while the slow write is on its way: the fast child's field, and Synced
     // says which child is being written.
     let applying = eventually(
-        Duration::from_secs(WEBHOOK_WAIT),
+        Duration::from_secs(WEBHOOK_WAIT + 5),
         "a status naming the write on its way",
         || async {
             let c = get_json("cache", &ns, "c1")?;
@@ -220,40 +227,61 @@ async fn a_slow_child_write_does_not_hold_up_the_status_and_is_sent_once() {
         applying.1
     );
 
-    // Once the API server answers: the ConfigMap, Synced=True, and one write of it sent.
-    eventually(Duration::from_secs(30), "Synced=True", || async {
-        let c = get_json("cache", &ns, "c1")?;
-        (condition(&c, "Synced")?["status"] == "True").then_some(())
-    })
-    .await;
-    let done_after = created.elapsed();
-    assert!(get_json("configmap", &ns, "c1-slow").is_some());
-    kubectl(
+    // An edit while the write is on its way: no second write until it is answered, then
+    // the new render (also slow to answer).
+    kubectl_ok(
         &[
-            "delete",
-            "validatingwebhookconfiguration",
-            &format!("ruleop-{ns}"),
+            "patch",
+            "cache",
+            "c1",
+            "-n",
+            &ns,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"v":"2"}}"#,
         ],
         None,
     );
+    eventually(
+        Duration::from_secs(45),
+        "Synced=True with the edit",
+        || async {
+            let c = get_json("cache", &ns, "c1")?;
+            let m = get_json("configmap", &ns, "c1-slow")?;
+            (condition(&c, "Synced")?["status"] == "True" && m["data"]["v"] == "2").then_some(())
+        },
+    )
+    .await;
+    let done_after = created.elapsed();
+    let sent = calls.load(Ordering::SeqCst);
+    let series = |action: &str| {
+        let name = format!("ruleop_writes_total{{rule=\"slow\",action=\"{action}\"}}");
+        common::admin_metric(&addr, &name)
+    };
     println!(
-        "Synced=True {:.1} s after the create; webhook calls: {}",
-        done_after.as_secs_f64(),
-        calls.load(Ordering::SeqCst)
+        "Synced=True with the edit {:.1} s after the create; writes of the slow child sent: {sent}",
+        done_after.as_secs_f64()
     );
     assert!(
-        done_after >= Duration::from_secs(WEBHOOK_WAIT - 1),
-        "{done_after:?}"
+        done_after >= Duration::from_secs(2 * WEBHOOK_WAIT - 2),
+        "both writes waited for the webhook: {done_after:?}"
     );
-    assert_eq!(
-        calls.load(Ordering::SeqCst),
-        1,
-        "one write of the slow child sent"
-    );
-    assert_eq!(common::admin_metric(&addr, "ruleop_slow_writes_total"), 1.0);
+    assert_eq!(sent, 2, "one write per render of the slow child");
+    assert_eq!((series("create"), series("update")), (2.0, 1.0));
+    assert_eq!(common::admin_metric(&addr, "ruleop_slow_writes_total"), 2.0);
     assert_eq!(
         common::admin_metric(&addr, "ruleop_reconcile_errors_total"),
         0.0
     );
     common::delete_namespace(&ns);
+}
+
+/// Runs its closure when dropped (a test's cleanup, also when an assertion fails).
+struct Defer<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for Defer<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
 }

@@ -551,7 +551,9 @@ async fn latency(system: &str, n: usize) -> Result<Latency, String> {
         )
     };
     deployment_watch.abort();
-    // The resync: the system restarts with everything in place.
+    // The resync: the system restarts with everything in place (a WebSite may be ready
+    // while its Service is still being created: the system finishes first).
+    settle(&c).await;
     if let Some(mut p) = proc_.take() {
         let _ = p.kill();
         let _ = p.wait();

@@ -7,7 +7,9 @@
 use super::leader::Fence;
 use super::reconcile::{ChildKind, Ctx, event};
 use super::slow::{self, Step};
-use crate::apply::{self, ApplyError, Claim, ObjectKey, Outcome, Refusal, Verdict, Written};
+use crate::apply::{
+    self, AdoptPolicy, ApplyError, Claim, ObjectKey, Outcome, Refusal, Verdict, Written,
+};
 use crate::controller::owners::controller_uid;
 use crate::render::{CHILD_LABEL, Plan, Rendered, group_of};
 use kube::api::{Api, DynamicObject};
@@ -49,6 +51,8 @@ pub struct Round {
     pub applied: Vec<(&'static str, String)>,
     /// A child we wrote is not in the cache yet.
     pub cache_behind: bool,
+    /// A child's write is still on its way (the resource is looked at again soon).
+    pub on_its_way: bool,
     pub problems: Vec<Problem>,
     /// A passing fault: the round is retried with backoff.
     pub transient: Option<ApplyError>,
@@ -98,90 +102,146 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, cr_uid: &str, children: &[Rende
     // resource are independent, and a reconcile is mostly waiting on the API server.
     let mut pending = Vec::new();
     for c in children {
-        let Some((i, kind)) = ctx.child(&c.id) else {
-            continue;
-        };
-        let oref = ObjectRef::new_with(&c.name, kind.resolved.resource.clone()).within(ns);
-        let live = kind.store.get(&oref).and_then(|o| o.value());
-        let claim = Claim {
-            cr_uid,
-            rule: &ctx.rule.name,
-            adopt: ctx.rule.children[i].adopt,
-            fence: &ctx.fence,
-        };
-        // In our cache (it has the rule's label) yet someone else's: no request at all.
-        if let Some(Verdict::NotOwned { controller }) = live
-            .as_ref()
-            .map(|l| apply::judge(l, cr_uid, claim.rule, claim.adopt))
-        {
-            round.problems.push(not_owned(c, &controller));
-            continue;
-        }
-        let key = ObjectKey::of(c);
-        // A write of this child that an earlier reconcile let go on by itself.
-        match ctx.slow.take(&key).await {
-            Some(Step::OnItsWay) => {
-                round.problems.push(on_its_way(c));
-                if let Some(live) = live {
-                    round.observed.insert(c.instance(), live);
-                }
-                continue;
-            }
-            Some(Step::Done(answer)) => {
-                let result = answer.unwrap_or_else(|e| Err(lost(c, &e)));
-                record(ctx, ns, c, key.clone(), live.clone(), result, &mut round);
-            }
-            None => {}
-        }
-        let last = ctx.memo.get(&key);
-        if apply::needs_apply(c, live.as_ref(), last.as_ref()) {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(ctx.client.clone(), ns, &kind.resolved.resource);
-            pending.push((c, key, live, api, claim));
-        } else {
-            round.cache_behind |= apply::cache_behind(live.as_ref(), last.as_ref());
-            if let Some(live) = live {
-                round.observed.insert(c.instance(), live);
-            }
+        if let Some(w) = decide(ctx, ns, cr_uid, c, &mut round).await {
+            pending.push(w);
         }
     }
-    let writes = pending.iter().map(|(c, key, live, api, claim)| {
-        let write = owned_write(api.clone(), c, live.clone(), claim, ctx.fence.clone());
-        ctx.slow.send(key.clone(), write, slow::PATIENCE)
+    let writes = pending.into_iter().map(|w| async move {
+        let task = owned_write(&w, cr_uid, &ctx.rule.name, ctx.fence.clone());
+        let step = ctx
+            .slow
+            .send(w.key.clone(), cr_uid, task, slow::PATIENCE)
+            .await;
+        (w, step)
     });
-    let steps = futures::future::join_all(writes).await;
-    for ((c, key, live, _, _), step) in pending.into_iter().zip(steps) {
+    for (w, step) in futures::future::join_all(writes).await {
         match step {
             Step::Done(answer) => {
-                let result = answer.unwrap_or_else(|e| Err(lost(c, &e)));
-                record(ctx, ns, c, key, live, result, &mut round);
+                let sent = answer.unwrap_or_else(|e| lost(w.c, w.live.clone(), &e));
+                record(
+                    ctx,
+                    ns,
+                    &sent.child,
+                    w.key,
+                    sent.live,
+                    sent.result,
+                    &mut round,
+                );
             }
             Step::OnItsWay => {
                 ctx.metrics.slow_write(&ctx.rule.name);
-                round.problems.push(on_its_way(c));
-                if let Some(live) = live {
-                    round.observed.insert(c.instance(), live);
-                }
+                on_its_way(w.c, w.live, &mut round);
             }
         }
     }
     round
 }
 
+/// A child write decided on, not sent yet.
+struct Write<'a> {
+    c: &'a Rendered,
+    key: ObjectKey,
+    live: Option<Value>,
+    api: Api<DynamicObject>,
+    adopt: AdoptPolicy,
+}
+
+/// What to do about child `c`: book a write an earlier reconcile let go on, and return
+/// the write it needs now, if any.
+async fn decide<'a>(
+    ctx: &Ctx,
+    ns: &str,
+    cr_uid: &str,
+    c: &'a Rendered,
+    round: &mut Round,
+) -> Option<Write<'a>> {
+    let (i, kind) = ctx.child(&c.id)?;
+    let oref = ObjectRef::new_with(&c.name, kind.resolved.resource.clone()).within(ns);
+    let live = kind.store.get(&oref).and_then(|o| o.value());
+    let key = ObjectKey::of(c);
+    if late_write(ctx, ns, cr_uid, c, &key, live.as_ref(), round).await {
+        return None;
+    }
+    let adopt = ctx.rule.children[i].adopt;
+    // In our cache (it has the rule's label) yet someone else's: no request at all.
+    if let Some(Verdict::NotOwned { controller }) = live
+        .as_ref()
+        .map(|l| apply::judge(l, cr_uid, &ctx.rule.name, adopt))
+    {
+        round.problems.push(not_owned(c, &controller));
+        return None;
+    }
+    let last = ctx.memo.get(&key);
+    if !apply::needs_apply(c, live.as_ref(), last.as_ref()) {
+        round.cache_behind |= apply::cache_behind(live.as_ref(), last.as_ref());
+        if let Some(live) = live {
+            round.observed.insert(c.instance(), live);
+        }
+        return None;
+    }
+    let api = Api::namespaced_with(ctx.client.clone(), ns, &kind.resolved.resource);
+    Some(Write {
+        c,
+        key,
+        live,
+        api,
+        adopt,
+    })
+}
+
+/// A write of `c` an earlier reconcile let go on by itself: still on its way, or booked
+/// now that it is answered (as sent then: the render may have moved since). True when
+/// nothing more is to be done about `c` this round: on its way, failed (retried with
+/// backoff), or done as rendered now.
+async fn late_write(
+    ctx: &Ctx,
+    ns: &str,
+    cr_uid: &str,
+    c: &Rendered,
+    key: &ObjectKey,
+    live: Option<&Value>,
+    round: &mut Round,
+) -> bool {
+    match ctx.slow.take(key, cr_uid).await {
+        None => false,
+        Some(Step::OnItsWay) => {
+            on_its_way(c, live.cloned(), round);
+            true
+        }
+        Some(Step::Done(answer)) => {
+            let sent = answer.unwrap_or_else(|e| lost(c, live.cloned(), &e));
+            let done = sent.result.is_err() || sent.child.hash == c.hash;
+            record(
+                ctx,
+                ns,
+                &sent.child,
+                key.clone(),
+                sent.live,
+                sent.result,
+                round,
+            );
+            done
+        }
+    }
+}
+
+/// A write's answer, with what it sent and what the cache held when it was sent (what
+/// the answer is booked against, however late it comes).
+pub struct Sent {
+    child: Rendered,
+    live: Option<Value>,
+    result: Result<Outcome, ApplyError>,
+}
+
 /// [`apply::write_child`] as a task of its own (it may outlast the reconcile).
 fn owned_write(
-    api: Api<DynamicObject>,
-    c: &Rendered,
-    live: Option<Value>,
-    claim: &Claim<'_>,
+    w: &Write<'_>,
+    cr_uid: &str,
+    rule: &str,
     fence: Arc<Fence>,
-) -> impl Future<Output = Result<Outcome, ApplyError>> + Send + 'static {
-    let (c, uid, rule, adopt) = (
-        c.clone(),
-        claim.cr_uid.to_string(),
-        claim.rule.to_string(),
-        claim.adopt,
-    );
+) -> impl Future<Output = Sent> + Send + 'static {
+    let (api, child, live, adopt) = (w.api.clone(), w.c.clone(), w.live.clone(), w.adopt);
+    let (uid, rule) = (cr_uid.to_string(), rule.to_string());
     async move {
         let claim = Claim {
             cr_uid: &uid,
@@ -189,13 +249,20 @@ fn owned_write(
             adopt,
             fence: &fence,
         };
-        apply::write_child(&api, &c, live.as_ref(), claim).await
+        let result = apply::write_child(&api, &child, live.as_ref(), claim).await;
+        Sent {
+            child,
+            live,
+            result,
+        }
     }
 }
 
-/// The `Synced` problem of a child whose write is still on its way.
-fn on_its_way(c: &Rendered) -> Problem {
-    Problem {
+/// A child whose write is still on its way: a `Synced` problem, and the status reads
+/// what the cache has of it.
+fn on_its_way(c: &Rendered, live: Option<Value>, round: &mut Round) {
+    round.on_its_way = true;
+    round.problems.push(Problem {
         reason: "Applying",
         message: format!(
             "{} {} (child `{}`): the API server has not answered its write after {} s; it is still on its way",
@@ -205,15 +272,22 @@ fn on_its_way(c: &Rendered) -> Problem {
             slow::PATIENCE.as_secs()
         ),
         retry: Retry::Soon,
+    });
+    if let Some(live) = live {
+        round.observed.insert(c.instance(), live);
     }
 }
 
 /// A write whose task ended without an answer (stopped, or a panic): retried.
-fn lost(c: &Rendered, e: &tokio::task::JoinError) -> ApplyError {
-    ApplyError::Lost {
-        kind: c.kind.clone(),
-        name: c.name.clone(),
-        why: e.to_string(),
+fn lost(c: &Rendered, live: Option<Value>, e: &tokio::task::JoinError) -> Sent {
+    Sent {
+        child: c.clone(),
+        live,
+        result: Err(ApplyError::Lost {
+            kind: c.kind.clone(),
+            name: c.name.clone(),
+            why: e.to_string(),
+        }),
     }
 }
 

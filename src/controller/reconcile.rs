@@ -81,7 +81,7 @@ pub struct Ctx {
     /// Which resources read which existing objects.
     pub readers: Arc<Readers>,
     /// Child writes still on their way after a reconcile stopped waiting for them.
-    pub slow: super::slow::Slow<Result<apply::Outcome, ApplyError>>,
+    pub slow: super::slow::Slow<children::Sent>,
 }
 
 /// How long reconciles wait for the rule's watches to list before going ahead anyway (a
@@ -117,19 +117,21 @@ enum Sync {
 }
 
 impl Sync {
-    /// The first problem wins the condition; the others are in its message.
+    /// The first problem wins the condition (a write still on its way only when there is
+    /// nothing worse); the others are in its message.
     fn of(mut problems: Vec<Problem>) -> Sync {
         if problems.is_empty() {
             return Sync::Ok;
         }
+        problems.sort_by_key(|p| p.retry == Retry::Soon);
         let mut first = problems.remove(0);
         for p in problems {
             first.message.push_str("; ");
             first.message.push_str(&p.message);
-            // A write on its way is looked at soonest; a fault outside, with backoff.
+            // A fault outside is retried with backoff (counted), whatever else.
             first.retry = match (first.retry, p.retry) {
-                (Retry::Soon, _) | (_, Retry::Soon) => Retry::Soon,
                 (Retry::Backoff, _) | (_, Retry::Backoff) => Retry::Backoff,
+                (Retry::Soon, _) | (_, Retry::Soon) => Retry::Soon,
                 _ => Retry::OnChange,
             };
         }
@@ -347,26 +349,38 @@ async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Actio
         write_status(&ctx, &cr, &cr_json, &seen, &sync).await?;
     }
     publish_applied(&ctx, &cr, &round.applied);
-    Ok(match sync {
+    let after = next_look(&ctx, &cr, &sync);
+    // A write on its way is looked at again soon, whatever else (its failure brings no
+    // watch event).
+    Ok(Action::requeue(if round.on_its_way {
+        after.min(super::slow::RECHECK)
+    } else {
+        after
+    }))
+}
+
+/// When a resource is looked at again with no event, after a round with this outcome.
+fn next_look(ctx: &Ctx, cr: &DynamicObject, sync: &Sync) -> Duration {
+    match sync {
         Sync::Ok => {
-            forget_failures(&ctx, &cr);
-            Action::requeue(jittered(ctx.resync))
+            forget_failures(ctx, cr);
+            jittered(ctx.resync)
         }
         Sync::Failed(Problem {
             retry: Retry::OnChange,
             ..
         }) => {
-            forget_failures(&ctx, &cr);
-            Action::requeue(RETRY_INVALID)
+            forget_failures(ctx, cr);
+            RETRY_INVALID
         }
         Sync::Failed(Problem {
             retry: Retry::Backoff,
             ..
-        }) => Action::requeue(retry_later(&ctx, &cr)),
+        }) => retry_later(ctx, cr),
         Sync::Failed(Problem {
             retry: Retry::Soon, ..
-        }) => Action::requeue(super::slow::RECHECK),
-    })
+        }) => super::slow::RECHECK,
+    }
 }
 
 /// Applies and prunes the children of a render, and says what became of them.
@@ -425,6 +439,7 @@ pub fn forget(ctx: &Ctx, cr: &DynamicObject) {
         .forget(&cr.namespace().unwrap_or_default(), &cr.name_any());
     ctx.status_memo
         .forget(&ObjectKey::of_object(&ctx.parent.resource, cr));
+    ctx.slow.forget(&cr.uid().unwrap_or_default());
 }
 
 /// Logs, counts and (when the `Synced` condition changes) publishes a problem.
@@ -438,13 +453,14 @@ fn report_problem(ctx: &Ctx, cr: &DynamicObject, cr_json: &Value, p: &Problem) {
     };
     // Waiting for a child or an existing object is the graph at work, and a write still on
     // its way the API server's pace: neither is a fault.
-    let waiting = matches!(p.reason, "Waiting" | "Applying");
+    if p.reason == "Applying" {
+        // Looked at every second until the answer comes; the write's own Event follows it.
+        tracing::debug!(rule = %ctx.rule.name, object = %key_of(cr), message = %p.message, "a child write is on its way");
+        return;
+    }
+    let waiting = p.reason == "Waiting";
     if waiting {
         tracing::info!(rule = %ctx.rule.name, object = %key_of(cr), reason = p.reason, message = %p.message, "custom resource waits");
-        if p.reason == "Applying" {
-            // The write's own Event follows its answer.
-            return;
-        }
     } else {
         ctx.metrics.error(&ctx.rule.name, category);
         tracing::warn!(rule = %ctx.rule.name, object = %key_of(cr), reason = p.reason, error = %p.message, "custom resource not synced");

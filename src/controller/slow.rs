@@ -14,6 +14,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::task::{JoinError, JoinHandle};
+use tracing::Instrument;
 
 /// How long a reconcile waits for a child write before letting it go on by itself: above
 /// what a wave of creates costs (at 10,000 resources a Service's creation waits about 2 s
@@ -30,10 +31,11 @@ pub enum Step<T> {
     OnItsWay,
 }
 
-/// The writes on their way, by child. Dropping it stops them (a rule stopped or reloaded:
-/// nobody is left to book their answers, and its next reconciles decide again).
+/// The writes on their way, by child, with the uid of the resource that sent each.
+/// Dropping it stops them (a rule stopped or reloaded: nobody is left to book their
+/// answers, and its next reconciles decide again).
 pub struct Slow<T> {
-    writes: Mutex<HashMap<ObjectKey, JoinHandle<T>>>,
+    writes: Mutex<HashMap<ObjectKey, (String, JoinHandle<T>)>>,
 }
 
 impl<T> Default for Slow<T> {
@@ -47,7 +49,7 @@ impl<T> Default for Slow<T> {
 impl<T> Drop for Slow<T> {
     fn drop(&mut self) {
         if let Ok(w) = self.writes.get_mut() {
-            for (_, h) in w.drain() {
+            for (_, (_, h)) in w.drain() {
                 h.abort();
             }
         }
@@ -55,35 +57,55 @@ impl<T> Drop for Slow<T> {
 }
 
 impl<T: Send + 'static> Slow<T> {
-    /// The write of `key` sent by an earlier reconcile: its answer if it came (taken: only
-    /// once), OnItsWay if not; None if there is none.
-    pub async fn take(&self, key: &ObjectKey) -> Option<Step<T>> {
+    /// The write of `key` an earlier reconcile of the resource `uid` sent: its answer if it
+    /// came (taken: only once), OnItsWay if not; None if there is none. One another
+    /// resource of that name sent (deleted and made again since) is stopped and forgotten.
+    pub async fn take(&self, key: &ObjectKey, uid: &str) -> Option<Step<T>> {
         let handle = {
             let mut w = self.writes.lock().ok()?;
-            if !w.get(key)?.is_finished() {
+            let (sender, handle) = w.get(key)?;
+            if sender != uid {
+                handle.abort();
+                w.remove(key);
+                return None;
+            }
+            if !handle.is_finished() {
                 return Some(Step::OnItsWay);
             }
-            w.remove(key)?
+            w.remove(key)?.1
         };
         // Finished: this does not wait.
         Some(Step::Done(handle.await))
     }
 
-    /// Sends `write` and waits for its answer up to `patience`; after that it goes on by
-    /// itself (see [`Slow::take`]).
-    pub async fn send<F>(&self, key: ObjectKey, write: F, patience: Duration) -> Step<T>
+    /// Sends `write` for the resource `uid` and waits for its answer up to `patience`;
+    /// after that it goes on by itself (see [`Slow::take`]).
+    pub async fn send<F>(&self, key: ObjectKey, uid: &str, write: F, patience: Duration) -> Step<T>
     where
         F: Future<Output = T> + Send + 'static,
     {
-        let mut handle = tokio::spawn(write);
+        let mut handle = tokio::spawn(write.instrument(tracing::Span::current()));
         match tokio::time::timeout(patience, &mut handle).await {
             Ok(answer) => Step::Done(answer),
             Err(_) => {
                 if let Ok(mut w) = self.writes.lock() {
-                    w.insert(key, handle);
+                    w.insert(key, (uid.to_string(), handle));
                 }
                 Step::OnItsWay
             }
+        }
+    }
+
+    /// Stops and forgets the writes the resource `uid` sent (it is going away).
+    pub fn forget(&self, uid: &str) {
+        if let Ok(mut w) = self.writes.lock() {
+            w.retain(|_, (sender, handle)| {
+                let keep = sender != uid;
+                if !keep {
+                    handle.abort();
+                }
+                keep
+            });
         }
     }
 
@@ -118,30 +140,41 @@ mod tests {
     async fn a_write_answered_in_time_is_the_reconciles_own() {
         let slow = Slow::default();
         let step = slow
-            .send(key("a"), after(5, "ok"), Duration::from_secs(5))
+            .send(key("a"), "u1", after(5, "ok"), Duration::from_secs(5))
             .await;
         assert!(matches!(step, Step::Done(Ok("ok"))), "{step:?}");
         assert_eq!(slow.count(), 0);
-        assert!(slow.take(&key("a")).await.is_none());
+        assert!(slow.take(&key("a"), "u1").await.is_none());
     }
 
     #[tokio::test]
     async fn a_slow_write_goes_on_and_its_answer_is_taken_once() {
         let slow = Slow::default();
         let step = slow
-            .send(key("a"), after(200, "late"), Duration::from_millis(20))
+            .send(
+                key("a"),
+                "u1",
+                after(200, "late"),
+                Duration::from_millis(20),
+            )
             .await;
         assert!(matches!(step, Step::OnItsWay), "{step:?}");
         assert_eq!(slow.count(), 1);
         // Still on its way: no second write, no answer yet.
-        assert!(matches!(slow.take(&key("a")).await, Some(Step::OnItsWay)));
-        assert!(slow.take(&key("b")).await.is_none());
+        assert!(matches!(
+            slow.take(&key("a"), "u1").await,
+            Some(Step::OnItsWay)
+        ));
+        assert!(slow.take(&key("b"), "u1").await.is_none());
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(matches!(
-            slow.take(&key("a")).await,
+            slow.take(&key("a"), "u1").await,
             Some(Step::Done(Ok("late")))
         ));
-        assert!(slow.take(&key("a")).await.is_none(), "taken only once");
+        assert!(
+            slow.take(&key("a"), "u1").await.is_none(),
+            "taken only once"
+        );
         assert_eq!(slow.count(), 0);
     }
 
@@ -154,10 +187,37 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
             s.store(true, Ordering::SeqCst);
         };
-        let step = slow.send(key("a"), write, Duration::from_millis(10)).await;
+        let step = slow
+            .send(key("a"), "u1", write, Duration::from_millis(10))
+            .await;
         assert!(matches!(step, Step::OnItsWay));
         drop(slow);
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(!sent.load(Ordering::SeqCst), "the write was stopped");
+    }
+
+    #[tokio::test]
+    async fn the_writes_of_a_resource_gone_or_made_again_are_stopped_and_forgotten() {
+        let slow = Slow::default();
+        for (name, uid) in [("a", "old"), ("b", "old"), ("c", "other")] {
+            let step = slow
+                .send(
+                    key(name),
+                    uid,
+                    after(300, "late"),
+                    Duration::from_millis(10),
+                )
+                .await;
+            assert!(matches!(step, Step::OnItsWay));
+        }
+        // The resource made again under its name (another uid) does not get `a`'s answer.
+        assert!(slow.take(&key("a"), "new").await.is_none());
+        assert_eq!(slow.count(), 2);
+        slow.forget("old");
+        assert_eq!(slow.count(), 1, "only the other resource's write is left");
+        assert!(matches!(
+            slow.take(&key("c"), "other").await,
+            Some(Step::OnItsWay)
+        ));
     }
 }
