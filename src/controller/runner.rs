@@ -556,7 +556,7 @@ async fn run(
         existing,
         existing_kind,
         readers: kept.readers,
-        slow: Default::default(),
+        slow: super::slow::Slow::new(usize::from(opts.concurrency)),
     });
 
     tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, "rule started");

@@ -36,12 +36,18 @@ pub enum Step<T> {
 /// answers, and its next reconciles decide again).
 pub struct Slow<T> {
     writes: Mutex<HashMap<ObjectKey, (String, JoinHandle<T>)>>,
+    /// At most this many on their way; beyond, a reconcile waits for its write as it
+    /// would without them (the writes outstanding stay bound by the reconciles at once,
+    /// and their memory with them).
+    room: usize,
 }
 
-impl<T> Default for Slow<T> {
-    fn default() -> Self {
+impl<T> Slow<T> {
+    /// Room for `room` writes on their way (the rule's reconciles at once is the measure).
+    pub fn new(room: usize) -> Self {
         Slow {
             writes: Mutex::new(HashMap::new()),
+            room,
         }
     }
 }
@@ -85,15 +91,17 @@ impl<T: Send + 'static> Slow<T> {
         F: Future<Output = T> + Send + 'static,
     {
         let mut handle = tokio::spawn(write.instrument(tracing::Span::current()));
-        match tokio::time::timeout(patience, &mut handle).await {
-            Ok(answer) => Step::Done(answer),
-            Err(_) => {
-                if let Ok(mut w) = self.writes.lock() {
-                    w.insert(key, (uid.to_string(), handle));
-                }
-                Step::OnItsWay
-            }
+        if let Ok(answer) = tokio::time::timeout(patience, &mut handle).await {
+            return Step::Done(answer);
         }
+        if let Ok(mut w) = self.writes.lock()
+            && w.len() < self.room
+        {
+            w.insert(key, (uid.to_string(), handle));
+            return Step::OnItsWay;
+        }
+        // No room: wait for it here.
+        Step::Done(handle.await)
     }
 
     /// Stops and forgets the writes the resource `uid` sent (it is going away).
@@ -138,7 +146,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_write_answered_in_time_is_the_reconciles_own() {
-        let slow = Slow::default();
+        let slow = Slow::new(8);
         let step = slow
             .send(key("a"), "u1", after(5, "ok"), Duration::from_secs(5))
             .await;
@@ -149,7 +157,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_slow_write_goes_on_and_its_answer_is_taken_once() {
-        let slow = Slow::default();
+        let slow = Slow::new(8);
         let step = slow
             .send(
                 key("a"),
@@ -180,7 +188,7 @@ mod tests {
 
     #[tokio::test]
     async fn dropping_it_stops_the_writes_on_their_way() {
-        let slow = Slow::default();
+        let slow = Slow::new(8);
         let sent = Arc::new(AtomicBool::new(false));
         let s = sent.clone();
         let write = async move {
@@ -197,8 +205,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn beyond_its_room_a_slow_write_is_waited_for() {
+        let slow = Slow::new(1);
+        let first = slow
+            .send(key("a"), "u1", after(200, "a"), Duration::from_millis(10))
+            .await;
+        assert!(matches!(first, Step::OnItsWay));
+        let started = std::time::Instant::now();
+        let second = slow
+            .send(key("b"), "u2", after(100, "b"), Duration::from_millis(10))
+            .await;
+        assert!(matches!(second, Step::Done(Ok("b"))), "{second:?}");
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        assert_eq!(slow.count(), 1);
+    }
+
+    #[tokio::test]
     async fn the_writes_of_a_resource_gone_or_made_again_are_stopped_and_forgotten() {
-        let slow = Slow::default();
+        let slow = Slow::new(8);
         for (name, uid) in [("a", "old"), ("b", "old"), ("c", "other")] {
             let step = slow
                 .send(
