@@ -117,16 +117,7 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, cr_uid: &str, children: &[Rende
     for (w, step) in futures::future::join_all(writes).await {
         match step {
             Step::Done(answer) => {
-                let sent = answer.unwrap_or_else(|e| lost(w.c, w.live.clone(), &e));
-                record(
-                    ctx,
-                    ns,
-                    &sent.child,
-                    w.key,
-                    sent.live,
-                    sent.result,
-                    &mut round,
-                );
+                book(ctx, ns, w.c, w.key, w.live, answer, &mut round);
             }
             Step::OnItsWay => {
                 ctx.metrics.slow_write(&ctx.rule.name);
@@ -208,21 +199,26 @@ async fn late_write(
             on_its_way(c, live.cloned(), round);
             true
         }
-        Some(Step::Done(answer)) => {
-            let sent = answer.unwrap_or_else(|e| lost(c, live.cloned(), &e));
-            let done = sent.result.is_err() || sent.child.hash == c.hash;
-            record(
-                ctx,
-                ns,
-                &sent.child,
-                key.clone(),
-                sent.live,
-                sent.result,
-                round,
-            );
-            done
-        }
+        Some(Step::Done(answer)) => book(ctx, ns, c, key.clone(), live.cloned(), answer, round),
     }
+}
+
+/// Books a write's answer (or the end of its task without one) against what it sent.
+/// True when nothing more is to be done about `c` this round: failed (retried with
+/// backoff), or sent as rendered now.
+fn book(
+    ctx: &Ctx,
+    ns: &str,
+    c: &Rendered,
+    key: ObjectKey,
+    live: Option<Value>,
+    answer: Result<Sent, tokio::task::JoinError>,
+    round: &mut Round,
+) -> bool {
+    let sent = answer.unwrap_or_else(|e| lost(c, live, &e));
+    let done = sent.result.is_err() || sent.child.hash == c.hash;
+    record(ctx, ns, &sent.child, key, sent.live, sent.result, round);
+    done
 }
 
 /// A write's answer, with what it sent and what the cache held when it was sent (what

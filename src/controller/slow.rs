@@ -16,9 +16,10 @@ use std::time::Duration;
 use tokio::task::{JoinError, JoinHandle};
 use tracing::Instrument;
 
-/// How long a reconcile waits for a child write before letting it go on by itself: above
-/// what a wave of creates costs (at 10,000 resources a Service's creation waits about 2 s
-/// at the API server), so that a wave is not given one more status write per resource.
+/// How long a reconcile waits for a child write before letting it go on by itself. Each
+/// write that outlasts it gives its resource one more status write (`Applying`): in a
+/// create wave at 1,000 resources a Service create takes about 1 s on average; at 10,000,
+/// most outlast it (BENCHMARKS.md, "A slow child no longer holds up the status").
 pub const PATIENCE: Duration = Duration::from_secs(5);
 
 /// How soon a resource with a write on its way is looked at again.
