@@ -11,19 +11,23 @@
 //! lower because ruleop's requests are bound by the API server's latency, not its CPU
 //! (BENCHMARKS.md, "Latency: what holds it"): 32 halved ruleop's rate, and a slow kind of
 //! write (a Service create takes seconds at 10,000 Services) holds the slots the others
-//! wait for. Watches hold no slot (they last minutes); a slot is held from the
+//! wait for. So no one kind of request (its resource and subresource: Service creates,
+//! say, or status writes) holds more than half the slots: the other half stays for the
+//! rest, and a status write does not queue behind a hundred Service creates that each
+//! take seconds. Watches hold no slot (they last minutes); a slot is held from the
 //! request's turn until its answer's headers come (the client's own retries of a refused
 //! request included). The time requests waited for a slot is counted
 //! (`ruleop_client_in_flight_wait_seconds_total`).
 
 use crate::apply::Fence;
 use crate::metrics::Metrics;
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{BoxError, Layer, Service};
 
 /// A write refused at the gate: this replica lost the leader Lease while it waited.
@@ -33,23 +37,76 @@ pub struct Fenced;
 
 /// The gate's state: the slots (if bounded), the fence, where it counts.
 pub struct Gate {
-    slots: Option<Arc<Semaphore>>,
+    slots: Option<Slots>,
     fence: Arc<Fence>,
     metrics: Arc<Metrics>,
 }
 
 impl Gate {
-    /// At most `max` requests at once (0: no bound); writes only while `fence` holds.
+    /// At most `max` requests at once (0: no bound), at most half of them (rounded up) of
+    /// one kind; writes only while `fence` holds.
     pub fn new(max: u32, fence: Arc<Fence>, metrics: Arc<Metrics>) -> Arc<Gate> {
-        let slots = usize::try_from(max)
-            .ok()
-            .filter(|m| *m > 0)
-            .map(|m| Arc::new(Semaphore::new(m)));
+        let slots = usize::try_from(max).ok().filter(|m| *m > 0).map(Slots::new);
         Arc::new(Gate {
             slots,
             fence,
             metrics,
         })
+    }
+}
+
+/// The slots of a bounded gate: all of them, and each kind's share.
+struct Slots {
+    all: Arc<Semaphore>,
+    share: usize,
+    by_kind: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl Slots {
+    fn new(max: usize) -> Slots {
+        Slots {
+            all: Arc::new(Semaphore::new(max)),
+            share: max.div_ceil(2),
+            by_kind: Mutex::default(),
+        }
+    }
+
+    /// A slot for a request of `kind`: first one of its kind's share (so a request that
+    /// waits for its kind holds none of the others'), then one of all.
+    async fn take(&self, kind: String) -> Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)> {
+        let mine = {
+            let mut by_kind = self.by_kind.lock().unwrap_or_else(|p| p.into_inner());
+            by_kind
+                .entry(kind)
+                .or_insert_with(|| Arc::new(Semaphore::new(self.share)))
+                .clone()
+        };
+        // The semaphores are never closed.
+        let mine = mine.acquire_owned().await.ok()?;
+        let all = self.all.clone().acquire_owned().await.ok()?;
+        Some((mine, all))
+    }
+}
+
+/// What a request is about, for the share of slots: its API group, resource and
+/// subresource, without namespace or name (`/api/v1/namespaces/n/services/s` →
+/// `/services`, `/apis/g/v1/namespaces/n/sites/s/status` → `g/sites/status`); `other`
+/// for the rest (discovery, `/version`), so that the kinds stay few.
+fn kind_of(path: &str) -> String {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", _, rest @ ..] => ("", rest),
+        ["apis", group, _, rest @ ..] => (*group, rest),
+        _ => return "other".into(),
+    };
+    let rest = match rest {
+        ["namespaces", _, within @ ..] if !within.is_empty() => within,
+        rest => rest,
+    };
+    match rest {
+        [] => "other".into(),
+        [resource] | [resource, _] => format!("{group}/{resource}"),
+        [resource, _, sub, ..] => format!("{group}/{resource}/{sub}"),
     }
 }
 
@@ -105,6 +162,7 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let bounded = !long_running(&req);
         let write = is_write(&req);
+        let kind = kind_of(req.uri().path());
         // The client's futures send nothing until polled: the request goes once it has
         // its turn, and not at all if the fence closed meanwhile.
         let answer = self.inner.call(req);
@@ -113,8 +171,7 @@ where
             let _slot = match (&gate.slots, bounded) {
                 (Some(slots), true) => {
                     let since = Instant::now();
-                    // The semaphore is never closed.
-                    let slot = slots.clone().acquire_owned().await.ok();
+                    let slot = slots.take(kind).await;
                     let waited = since.elapsed().as_secs_f64();
                     gate.metrics.in_flight_wait.inc_by(waited);
                     slot
@@ -177,17 +234,18 @@ mod tests {
         let seen = Slow::default();
         let svc = GateLayer(Gate::new(3, Fence::open(), metrics.clone())).layer(seen.clone());
         let svc = Arc::new(tokio::sync::Mutex::new(svc));
-        // Asked one after the other, answered together.
+        // Asked one after the other (of three kinds in turn), answered together.
+        let path = |i: usize| format!("/api/v1/namespaces/n/r{}/x{i}", i % 3);
         let mut answers = Vec::new();
         for i in 0..12 {
             let mut s = svc.lock().await;
             s.ready().await.unwrap();
-            answers.push(s.call(get(&format!("/r/{i}"))));
+            answers.push(s.call(get(&path(i))));
         }
         futures::future::join_all(answers).await;
         let s = seen.0.lock().unwrap();
         assert_eq!(s.1, 3, "at most 3 at once, and the bound was reached");
-        let order: Vec<String> = (0..12).map(|i| format!("/r/{i}")).collect();
+        let order: Vec<String> = (0..12).map(path).collect();
         assert_eq!(s.2, order, "served in the order asked");
         assert!(
             metrics.in_flight_wait.get() > 0.1,
@@ -199,6 +257,60 @@ mod tests {
             12,
             "every request is counted"
         );
+    }
+
+    #[tokio::test]
+    async fn one_kind_holds_at_most_half_the_slots_and_the_others_go_by() {
+        let seen = Slow::default();
+        let gate = Gate::new(4, Fence::open(), Arc::new(Metrics::default()));
+        let mut svc = GateLayer(gate).layer(seen.clone());
+        // Six Service creates asked first, then two status writes.
+        let mut answers = Vec::new();
+        for _ in 0..6 {
+            svc.ready().await.unwrap();
+            let create = http::Request::post("/api/v1/namespaces/n/services");
+            answers.push(svc.call(create.body(()).unwrap()));
+        }
+        for i in 0..2 {
+            svc.ready().await.unwrap();
+            let status = http::Request::patch(format!("/apis/g/v1/namespaces/n/sites/s{i}/status"));
+            answers.push(svc.call(status.body(()).unwrap()));
+        }
+        futures::future::join_all(answers).await;
+        let s = seen.0.lock().unwrap();
+        assert_eq!(s.1, 4, "the bound was reached, not passed");
+        let first: Vec<&str> = s.2[..4].iter().map(String::as_str).collect();
+        assert_eq!(
+            first,
+            [
+                "/api/v1/namespaces/n/services",
+                "/api/v1/namespaces/n/services",
+                "/apis/g/v1/namespaces/n/sites/s0/status",
+                "/apis/g/v1/namespaces/n/sites/s1/status"
+            ],
+            "two creates (half the slots), and the status writes did not wait behind the rest"
+        );
+    }
+
+    #[test]
+    fn what_a_request_is_about() {
+        for (path, kind) in [
+            ("/api/v1/namespaces/n/services", "/services"),
+            ("/api/v1/namespaces/n/services/s", "/services"),
+            (
+                "/apis/apps/v1/namespaces/n/deployments/d",
+                "apps/deployments",
+            ),
+            ("/apis/g/v1/namespaces/n/sites/s/status", "g/sites/status"),
+            ("/apis/g/v1/sites", "g/sites"),
+            ("/api/v1/namespaces/n", "/namespaces"),
+            ("/api/v1/nodes/x/status", "/nodes/status"),
+            ("/apis/g/v1", "other"),
+            ("/version", "other"),
+            ("/", "other"),
+        ] {
+            assert_eq!(kind_of(path), kind, "{path}");
+        }
     }
 
     #[tokio::test]
