@@ -147,7 +147,7 @@ async fn decide<'a>(
     round: &mut Round,
 ) -> Option<Write<'a>> {
     let (i, kind) = ctx.child(&c.id)?;
-    let oref = ObjectRef::new_with(&c.name, kind.resolved.resource.clone()).within(ns);
+    let oref = ObjectRef::new_with(&c.name, kind.resolved.kind.clone()).within(ns);
     let live = kind.store.get(&oref).and_then(|o| o.value());
     let key = ObjectKey::of(c);
     if late_write(ctx, ns, cr_uid, c, &key, live.as_ref(), round).await {
@@ -347,7 +347,7 @@ fn record(
 /// The cached objects this resource controls of child kind `kind` (only its own: its
 /// controller ownerReference and the rule's label, which the cache selects on).
 pub(super) fn owned(kind: &ChildKind, ns: &str, uid: &str) -> Vec<DynamicObject> {
-    let ar = &kind.resolved.resource;
+    let ar = &kind.resolved.kind;
     kind.owners
         .children_of(uid)
         .into_iter()

@@ -1,6 +1,7 @@
 //! Finds the watched and child kinds by API discovery: nothing about a kind is compiled
 //! in. A kind that is not served yet (CRD not installed) is waited for.
 
+use super::cached::Kind;
 use crate::rules::WatchSpec;
 use kube::Client;
 use kube::core::{GroupVersion, GroupVersionKind};
@@ -10,6 +11,8 @@ use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 #[derive(Debug, Clone)]
 pub struct Resolved {
     pub resource: ApiResource,
+    /// The same, shared: what the caches of the kind key their objects by.
+    pub kind: Kind,
     pub namespaced: bool,
     /// Whether the kind serves a `status` subresource (else status is written through
     /// the object itself).
@@ -19,6 +22,7 @@ pub struct Resolved {
 impl Resolved {
     fn from((resource, caps): (ApiResource, ApiCapabilities)) -> Resolved {
         Resolved {
+            kind: Kind::from(resource.clone()),
             resource,
             namespaced: matches!(caps.scope, Scope::Namespaced),
             status_subresource: caps.subresources.iter().any(|(s, _)| s.plural == "status"),

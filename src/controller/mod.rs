@@ -21,7 +21,9 @@ pub mod relist;
 pub mod reload;
 pub mod runner;
 pub mod slow;
+pub mod status_write;
 pub mod supervisor;
+pub mod watches;
 
 use crate::admin::{self, Health};
 use crate::metrics::Metrics;
@@ -47,9 +49,10 @@ pub struct RunArgs {
     /// once; one that writes holds its place until the API server answers.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
-    /// Requests at the API server at once, all rules together, watches aside (the others
-    /// wait their turn, first come, first served); 0 for no bound. Each request at once is
-    /// a connection of its own (HTTP/1.1), with its memory.
+    /// Requests at the API server at once, all rules together, watches aside, and at most
+    /// half of them of one kind (resource and subresource); the others wait their turn,
+    /// first come, first served. 0 for no bound. Each request at once is a connection of
+    /// its own (HTTP/1.1), with its memory.
     #[arg(long, default_value_t = 128)]
     pub max_in_flight: u32,
     /// Requests per second to the API server, on average (client-side token bucket,

@@ -6,25 +6,25 @@
 use super::children::{self, Problem, Retry};
 use super::deletion;
 use super::leader::Fence;
-use crate::apply::{self, ApplyError, Memo, ObjectKey};
+use super::status_write::{Seen, write_status};
+use crate::apply::{ApplyError, Memo, ObjectKey};
 use crate::controller::cached::Cached;
 use crate::controller::discovery::Resolved;
 use crate::controller::events::EventQueue;
 use crate::controller::existing::{self, ExistingKind, Readers};
 use crate::controller::owners::OwnerIndex;
 use crate::metrics::Metrics;
-use crate::render::{self, FIELD_MANAGER, Plan, RenderError, Rendered};
+use crate::render::{self, Plan, RenderError, Rendered};
 use crate::rules::CompiledRule;
-use crate::status::{self, Condition, merge_conditions};
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -111,7 +111,7 @@ pub enum ReconcileError {
 
 /// What became of the children this round; written as the `Synced` condition.
 #[derive(Debug, Clone, PartialEq)]
-enum Sync {
+pub(super) enum Sync {
     Ok,
     Failed(Problem),
 }
@@ -518,7 +518,7 @@ impl Ctx {
     /// The cached object of a rendered child, if the cluster has it.
     pub fn live(&self, ns: &str, r: &Rendered) -> Option<Value> {
         let (_, kind) = self.child(&r.id)?;
-        let oref = ObjectRef::new_with(&r.name, kind.resolved.resource.clone()).within(ns);
+        let oref = ObjectRef::new_with(&r.name, kind.resolved.kind.clone()).within(ns);
         kind.store.get(&oref)?.value()
     }
 }
@@ -533,220 +533,10 @@ fn scope_problem(ctx: &Ctx, children: &[Rendered]) -> Option<String> {
     })
 }
 
-fn now_rfc3339() -> String {
-    k8s_openapi::jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
-
-/// What a reconcile saw, for the status: the render's scope and outcome (None when it
-/// failed), and the live children by instance.
-struct Seen<'a> {
-    scope: Option<&'a render::Scope>,
-    plan: Option<&'a Plan>,
-    observed: &'a HashMap<String, Value>,
-}
-
-/// The status to write: exported fields, observedGeneration, and the Ready and Synced conditions.
-fn desired_status(
-    ctx: &Ctx,
-    cr: &DynamicObject,
-    cr_json: &Value,
-    seen: &Seen<'_>,
-    existing: Option<&Value>,
-    sync: &Sync,
-) -> Value {
-    let report = seen
-        .scope
-        .map(|scope| status::compute(&ctx.rule, scope, cr_json, seen.plan, seen.observed));
-    let mut out = Map::new();
-    if let Some(r) = &report {
-        out.extend(r.fields.clone());
-    } else if let Some(Value::Object(old)) = existing {
-        // Keep what was there: nothing can be computed for a resource that does not render.
-        out.extend(
-            old.iter()
-                .filter(|(k, _)| *k != "conditions" && *k != "observedGeneration")
-                .map(|(k, v)| (k.clone(), v.clone())),
-        );
-    }
-    // Without a status subresource every status write moves the generation: a status
-    // that records it would chase it forever.
-    let generation = cr
-        .metadata
-        .generation
-        .filter(|_| ctx.parent.status_subresource);
-    let (ready, ready_reason, ready_message) = match (sync, &report) {
-        (Sync::Failed(p), _) if p.reason == "Waiting" => (false, "Waiting", p.message.clone()),
-        (Sync::Failed(p), _) => (false, "SyncFailed", p.message.clone()),
-        (Sync::Ok, Some(r)) if r.ready && r.problems.is_empty() => {
-            (true, "Ready", "all children are ready".to_string())
-        }
-        (Sync::Ok, Some(r)) => {
-            let mut parts = r
-                .problems
-                .iter()
-                .map(|p| format!("status: {p}"))
-                .collect::<Vec<_>>();
-            parts.extend(r.notes.iter().cloned());
-            (
-                r.ready && r.problems.is_empty(),
-                if r.problems.is_empty() {
-                    "NotReady"
-                } else {
-                    "StatusError"
-                },
-                parts.join("; "),
-            )
-        }
-        (Sync::Ok, None) => (false, "NotReady", String::new()),
-    };
-    let synced = match sync {
-        Sync::Ok => Condition {
-            type_: "Synced",
-            status: true,
-            reason: "Applied".into(),
-            message: "every child matches the rule".into(),
-        },
-        Sync::Failed(p) => Condition {
-            type_: "Synced",
-            status: false,
-            reason: p.reason.into(),
-            message: p.message.clone(),
-        },
-    };
-    let conditions = [
-        Condition {
-            type_: "Ready",
-            status: ready,
-            reason: ready_reason.into(),
-            message: ready_message,
-        },
-        synced,
-    ];
-    out.insert(
-        "conditions".into(),
-        merge_conditions(
-            existing.and_then(|s| s.get("conditions")),
-            &conditions,
-            generation,
-            &now_rfc3339(),
-        ),
-    );
-    if let Some(g) = generation {
-        out.insert("observedGeneration".into(), json!(g));
-    }
-    Value::Object(out)
-}
-
-/// The status we last wrote, while the cached resource is that write or older (`live_rv`):
-/// None once the cache has moved past it (then the cache is the status, and the memo goes).
-fn memo_status((written_rv, text): &(String, Box<str>), live_rv: &str) -> Option<Value> {
-    if apply::not_newer(live_rv, written_rv) {
-        serde_json::from_str(text).ok()
-    } else {
-        None
-    }
-}
-
-/// Server-side applies `status`: through the status subresource, or the object itself
-/// when the kind has none.
-async fn patch_status(
-    ctx: &Ctx,
-    api: &Api<DynamicObject>,
-    key: &ObjectKey,
-    status: &Value,
-) -> Result<DynamicObject, kube::Error> {
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    if ctx.parent.status_subresource {
-        let body = json!({"apiVersion": key.api_version, "kind": key.kind, "status": status});
-        api.patch_status(&key.name, &params, &Patch::Apply(&body))
-            .await
-    } else {
-        // No status subresource: the status is a field of the object itself.
-        let body = json!({"apiVersion": key.api_version, "kind": key.kind,
-            "metadata": {"name": key.name}, "status": status});
-        api.patch(&key.name, &params, &Patch::Apply(&body)).await
-    }
-}
-
-async fn write_status(
-    ctx: &Ctx,
-    cr: &DynamicObject,
-    cr_json: &Value,
-    seen: &Seen<'_>,
-    sync: &Sync,
-) -> Result<(), ReconcileError> {
-    let key = ObjectKey::of_object(&ctx.parent.resource, cr);
-    let live_rv = cr.resource_version().unwrap_or_default();
-    // What the resource's status is: our last write while the cache lags behind it.
-    let memo = ctx.status_memo.get(&key);
-    let ours = memo.as_ref().and_then(|m| memo_status(m, &live_rv));
-    if memo.is_some() && ours.is_none() {
-        ctx.status_memo.forget(&key);
-    }
-    let current = ours.as_ref().or(cr_json.get("status"));
-    let mut status = desired_status(ctx, cr, cr_json, seen, current, sync);
-    ctx.status_schema.strip(&mut status);
-    if current == Some(&status) {
-        return Ok(());
-    }
-    if !ctx.fence.holds() {
-        return Err(ReconcileError::NotLeader);
-    }
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.parent.resource);
-    // A field the CRD's status schema does not declare is refused; learned, it is left
-    // out and the write tried again (once per field the schema lacks).
-    let written = loop {
-        match patch_status(ctx, &api, &key, &status).await {
-            Err(kube::Error::Api(e)) if ctx.status_schema.learn_refusal(&e.message) => {
-                ctx.status_schema.strip(&mut status);
-                if current == Some(&status) {
-                    return Ok(());
-                }
-            }
-            other => break other.map_err(ReconcileError::Status)?,
-        }
-    };
-    ctx.metrics.write(&ctx.rule.name, "status");
-    tracing::debug!(rule = %ctx.rule.name, object = %key.name, namespace = %key.namespace, "status written");
-    let kept = written.data.get("status").cloned().unwrap_or(Value::Null);
-    if ctx.status_schema.learn(&status, &kept) {
-        ctx.status_schema.strip(&mut status);
-    }
-    ctx.status_memo.put(
-        key,
-        (
-            written.resource_version().unwrap_or_default(),
-            status.to_string().into(),
-        ),
-    );
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{backoff, jittered, memo_status};
-    use serde_json::json;
+    use super::{backoff, jittered};
     use std::time::Duration;
-
-    #[test]
-    fn our_last_status_counts_until_the_cache_moves_past_it() {
-        let memo = ("12".to_string(), r#"{"readyReplicas":1}"#.into());
-        let ours = Some(json!({"readyReplicas": 1}));
-        assert_eq!(
-            memo_status(&memo, "11"),
-            ours,
-            "the cache lags behind our write"
-        );
-        assert_eq!(memo_status(&memo, "12"), ours, "the cache shows our write");
-        assert_eq!(
-            memo_status(&memo, "13"),
-            None,
-            "a newer version is the status now"
-        );
-    }
 
     #[test]
     fn resyncs_spread_over_the_last_fifth_of_the_period() {

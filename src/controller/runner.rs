@@ -1,29 +1,23 @@
 //! Runs one rule: waits until its kinds are served, then one kube-runtime `Controller`
 //! over `Api<DynamicObject>` for the watched kind, owning each child kind through a
-//! label-selected, cached watch. Stops gracefully when told to.
+//! label-selected, cached watch ([`super::watches`]). Stops gracefully when told to.
 
-use super::cached::{self, Cached};
+use super::cached::Cached;
 use super::discovery::{self, Resolved};
 use super::events::EventQueue;
-use super::existing::{ExistingKind, Readers};
+use super::existing::ExistingKind;
 use super::inventory;
-use super::owners::OwnerIndex;
-use super::reconcile::{ChildKind, Ctx, error_policy, reconcile};
-use super::relist::Relist;
-use crate::apply::{CACHE_LAG_GRACE, Memo, ObjectKey};
-use crate::render::RULE_LABEL;
+use super::reconcile::{Ctx, error_policy, reconcile};
+use super::watches::{PerResource, SyncTracker, child_watch, existing_watch, parent_watch};
+use crate::apply::Memo;
 use crate::rules::CompiledRule;
-use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, DynamicObject};
-use kube::discovery::ApiResource;
+use futures::StreamExt;
 use kube::runtime::controller::{Config, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::store::Writer;
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -54,18 +48,6 @@ pub struct Options {
     pub install_crds: bool,
     /// Paces the publishing of Events (all rules share it); None: unpaced.
     pub event_pace: Option<Arc<super::limiter::Pace>>,
-}
-
-/// An API for `ar` in the configured scope.
-fn scoped(
-    client: &Client,
-    ar: &kube::discovery::ApiResource,
-    ns: Option<&str>,
-) -> Api<DynamicObject> {
-    match ns {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
-        None => Api::all_with(client.clone(), ar),
-    }
 }
 
 /// How long a stopping rule waits for its in-flight reconciles.
@@ -135,19 +117,6 @@ impl RuleTask {
     }
 }
 
-/// Backoff of each watch after an error: 0.5 s doubling to 5 s, jittered. Bounded (a few
-/// requests per watch per outage-minute), yet a watch is back within seconds of the API
-/// server (kube's default climbs to 30 s, and compounds with the controller's own).
-fn watch_backoff() -> kube::runtime::watcher::ExponentialBackoff {
-    backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(500))
-        .with_max_delay(Duration::from_secs(5))
-        .with_factor(2.0)
-        .with_jitter()
-        .without_max_times()
-        .into()
-}
-
 /// The controller's pause on its merged trigger stream after an error: each watch
 /// already backs off on its own, so this only keeps a burst of errors from spinning.
 struct BriefPause;
@@ -161,37 +130,6 @@ impl Iterator for BriefPause {
 
 impl kube::runtime::utils::Backoff for BriefPause {
     fn reset(&mut self) {}
-}
-
-/// Sets `synced` once every one of a rule's watches has completed its first list. (The
-/// stores' own `wait_until_ready` wakes only one waiter, and the controller is one.)
-struct SyncTracker {
-    listed: Vec<AtomicBool>,
-    synced: Arc<AtomicBool>,
-}
-
-impl SyncTracker {
-    fn new(watches: usize, synced: Arc<AtomicBool>) -> SyncTracker {
-        SyncTracker {
-            listed: (0..watches).map(|_| AtomicBool::new(false)).collect(),
-            synced,
-        }
-    }
-
-    fn observe(&self, i: usize, ev: &watcher::Event<DynamicObject>) {
-        if !matches!(ev, watcher::Event::InitDone) {
-            return;
-        }
-        if let Some(flag) = self.listed.get(i) {
-            flag.store(true, Ordering::SeqCst);
-        }
-        if !self.synced.load(Ordering::SeqCst)
-            && self.listed.iter().all(|f| f.load(Ordering::SeqCst))
-        {
-            self.synced.store(true, Ordering::SeqCst);
-            tracing::info!("watches synced");
-        }
-    }
 }
 
 async fn stopped(mut rx: watch::Receiver<bool>) {
@@ -230,67 +168,6 @@ where
     }
 }
 
-/// The keys of the objects a re-list brought, at its end.
-fn relisted(
-    relist: &Relist<ObjectKey>,
-    ar: &ApiResource,
-    ev: &watcher::Event<DynamicObject>,
-) -> Option<HashSet<ObjectKey>> {
-    relist
-        .observe(ev, |o| Some(ObjectKey::of_object(ar, o)))
-        .map(|keys| keys.into_iter().collect())
-}
-
-/// A deleted child must be recreated, not taken for a lagging cache: its memo goes (and,
-/// after a re-list, the memos of children gone meanwhile, unless just written).
-fn forget_gone_children(
-    ev: &watcher::Event<DynamicObject>,
-    ar: &ApiResource,
-    memo: &Memo,
-    relist: &Relist<ObjectKey>,
-) {
-    if let Some(listed) = relisted(relist, ar, ev) {
-        memo.retain(|k, w| listed.contains(k) || w.at.elapsed() < CACHE_LAG_GRACE);
-    }
-    if let watcher::Event::Delete(o) = ev {
-        memo.forget(&ObjectKey::of_object(ar, o));
-    }
-}
-
-/// What a rule keeps per custom resource, dropped when the resource is gone.
-#[derive(Clone, Default)]
-struct PerResource {
-    status_memo: Arc<Memo<(String, Box<str>)>>,
-    failures: Arc<Mutex<HashMap<String, u32>>>,
-    readers: Arc<Readers>,
-}
-
-fn forget_gone_parents(
-    ev: &watcher::Event<DynamicObject>,
-    ar: &ApiResource,
-    kept: &PerResource,
-    relist: &Relist<ObjectKey>,
-) {
-    let key = |k: &ObjectKey| super::reconcile::failure_key(&k.namespace, &k.name);
-    if let Some(listed) = relisted(relist, ar, ev) {
-        kept.status_memo.retain(|k, _| listed.contains(k));
-        let names: HashSet<String> = listed.iter().map(key).collect();
-        if let Ok(mut f) = kept.failures.lock() {
-            f.retain(|k, _| names.contains(k));
-        }
-        kept.readers
-            .retain(|ns, name| names.contains(&super::reconcile::failure_key(ns, name)));
-    }
-    if let watcher::Event::Delete(o) = ev {
-        let k = ObjectKey::of_object(ar, o);
-        if let Ok(mut f) = kept.failures.lock() {
-            f.remove(&key(&k));
-        }
-        kept.status_memo.forget(&k);
-        kept.readers.forget(&k.namespace, &k.name);
-    }
-}
-
 /// Resolves the distinct kinds among `wanted` (apiVersion, kind); gives them and, for
 /// each of `wanted`, its index among them. None when the rule is stopped meanwhile.
 async fn distinct_kinds<'a>(
@@ -321,31 +198,6 @@ async fn distinct_kinds<'a>(
         index.push(idx);
     }
     Some((kinds, index))
-}
-
-/// The cached watch of an existing kind (every object of it in scope: the rule reads
-/// them by name or labels, which are the resource's to choose).
-fn existing_watch(
-    client: &Client,
-    opts: &Options,
-    k: &Resolved,
-    sync: Arc<SyncTracker>,
-    watch_index: usize,
-) -> (
-    impl futures::Stream<Item = Result<Cached, watcher::Error>> + Send + 'static,
-    kube::runtime::reflector::Store<Cached>,
-) {
-    let writer = Writer::<Cached>::new(k.resource.clone());
-    let store = writer.as_reader();
-    let api = scoped(client, &k.resource, opts.namespace.as_deref());
-    let stream = watcher(api, watcher::Config::default().timeout(opts.watch_timeout))
-        .backoff(watch_backoff())
-        .modify(crate::apply::slim)
-        .inspect_ok(move |ev| sync.observe(watch_index, ev))
-        .map_ok(cached::compact(&k.resource))
-        .reflect(writer)
-        .touched_objects();
-    (stream, store)
 }
 
 /// The controller's settings: at most `concurrency` reconciles of the rule at once (and
@@ -428,92 +280,32 @@ async fn run(
 
     let memo = Arc::new(Memo::default());
     let kept = PerResource::default();
-    let forget = kept.clone();
-    let parent_relist = Relist::default();
-    let parent_resource = parent.resource.clone();
-    let parent_writer = Writer::<Cached>::new(parent.resource.clone());
-    let parent_reader = parent_writer.as_reader();
-    let parent_api = scoped(&client, &parent.resource, opts.namespace.as_deref());
     // Readiness: every watch (the parent's, one per child kind, one per existing kind)
     // has listed once.
     let watches = 1 + kinds.len() + existing_kinds.len();
     let sync = Arc::new(SyncTracker::new(watches, synced.clone()));
-    let parent_sync = sync.clone();
-    let parent_stream = watcher(
-        parent_api,
-        watcher::Config::default().timeout(opts.watch_timeout),
-    )
-    .backoff(watch_backoff())
-    .modify(crate::apply::slim)
-    .inspect_ok(move |ev| {
-        parent_sync.observe(0, ev);
-        forget_gone_parents(ev, &parent_resource, &forget, &parent_relist);
-    })
-    .map_ok(cached::compact(&parent.resource))
-    .reflect(parent_writer)
-    .applied_objects();
+    let parent_writer = Writer::<Cached>::new(parent.kind.clone());
+    let parent_reader = parent_writer.as_reader();
+    let parent_stream = parent_watch(&client, &opts, &parent, parent_writer, &sync, &kept);
 
-    let mut controller = Controller::for_stream_with(
-        parent_stream,
-        parent_reader.clone(),
-        parent.resource.clone(),
-    )
-    .with_config(controller_config(opts.concurrency))
-    .trigger_backoff(BriefPause)
-    .graceful_shutdown_on(stopped(stop.clone()));
+    let mut controller =
+        Controller::for_stream_with(parent_stream, parent_reader.clone(), parent.kind.clone())
+            .with_config(controller_config(opts.concurrency))
+            .trigger_backoff(BriefPause)
+            .graceful_shutdown_on(stopped(stop.clone()));
 
-    let selector = format!("{RULE_LABEL}={}", rule.name);
     let mut child_kinds = Vec::new();
     for (i, k) in kinds.iter().enumerate() {
-        let writer = Writer::<Cached>::new(k.resource.clone());
-        let owners = Arc::new(OwnerIndex::default());
-        let index = owners.clone();
-        let child_sync = sync.clone();
-        let store = writer.as_reader();
-        let api = scoped(&client, &k.resource, opts.namespace.as_deref());
-        let forget = memo.clone();
-        let child_resource = k.resource.clone();
-        let child_relist = Relist::default();
-        // Only what reconcile, status and pruning read of each child stays in memory.
-        let keep = Arc::new(crate::rules::keep::for_kind(
-            &rule,
-            &k.resource.api_version,
-            &k.resource.kind,
-        ));
-        let cache_keep = keep.clone();
-        let stream = watcher(
-            api,
-            watcher::Config::default()
-                .labels(&selector)
-                .timeout(opts.watch_timeout),
-        )
-        .backoff(watch_backoff())
-        .modify(move |o| {
-            crate::apply::slim_managed_fields(o);
-            keep.apply(&mut o.data);
-        })
-        .inspect_ok(move |ev| {
-            child_sync.observe(i + 1, ev);
-            index.observe(ev);
-            forget_gone_children(ev, &child_resource, &forget, &child_relist);
-        })
-        .map_ok(cached::compact(&k.resource))
-        .reflect(writer)
-        .touched_objects();
-        controller = controller.owns_stream_with(stream, k.resource.clone());
-        child_kinds.push(ChildKind {
-            resolved: k.clone(),
-            store,
-            owners,
-            keep: cache_keep,
-        });
+        let (stream, child) = child_watch(&client, &opts, &rule, k, sync.clone(), i + 1, &memo);
+        controller = controller.owns_stream_with(stream, k.kind.clone());
+        child_kinds.push(child);
     }
 
     let mut existing = Vec::new();
     for (i, k) in existing_kinds.into_iter().enumerate() {
         let (stream, store) = existing_watch(&client, &opts, &k, sync.clone(), 1 + kinds.len() + i);
         let readers = kept.readers.clone();
-        let parent_ar = parent.resource.clone();
+        let parent_kind = parent.kind.clone();
         let mapper = move |c: Cached| {
             // The labels a lookup matches are in the text only.
             let Some(o) = c.head() else {
@@ -523,10 +315,10 @@ async fn run(
             readers
                 .readers_of(i, &o)
                 .into_iter()
-                .map(|name| ObjectRef::new_with(&name, parent_ar.clone()).within(&ns))
+                .map(|name| ObjectRef::new_with(&name, parent_kind.clone()).within(&ns))
                 .collect::<Vec<_>>()
         };
-        controller = controller.watches_stream_with(stream, mapper, k.resource.clone());
+        controller = controller.watches_stream_with(stream, mapper, k.kind.clone());
         existing.push(ExistingKind { resolved: k, store });
     }
 
@@ -578,8 +370,11 @@ async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apply::Written;
-    use std::time::{Duration, Instant};
+    use kube::api::DynamicObject;
+    use kube::discovery::ApiResource;
+    use kube::runtime::watcher;
+    use std::sync::Mutex;
+    use std::time::Duration;
 
     fn cm(name: &str) -> DynamicObject {
         serde_json::from_value(serde_json::json!({
@@ -630,56 +425,5 @@ mod tests {
             5,
             "at most 5 at once, and the bound was reached"
         );
-    }
-
-    #[test]
-    fn after_a_relist_the_memos_of_objects_gone_meanwhile_are_dropped() {
-        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
-        let memo: Memo = Memo::default();
-        let old = Written {
-            at: Instant::now() - CACHE_LAG_GRACE - Duration::from_secs(1),
-            ..Written::now("h".into(), "1".into(), String::new())
-        };
-        memo.put(ObjectKey::of_object(&ar, &cm("kept")), old.clone());
-        memo.put(ObjectKey::of_object(&ar, &cm("gone")), old);
-        // Written a moment ago and not listed yet: the cache may simply lag.
-        let fresh = Written::now("h".into(), "9".into(), String::new());
-        memo.put(ObjectKey::of_object(&ar, &cm("just-made")), fresh);
-        let relist = Relist::default();
-        for ev in [
-            watcher::Event::Init,
-            watcher::Event::InitApply(cm("kept")),
-            watcher::Event::InitDone,
-        ] {
-            forget_gone_children(&ev, &ar, &memo, &relist);
-        }
-        assert!(memo.get(&ObjectKey::of_object(&ar, &cm("kept"))).is_some());
-        assert!(memo.get(&ObjectKey::of_object(&ar, &cm("gone"))).is_none());
-        assert!(
-            memo.get(&ObjectKey::of_object(&ar, &cm("just-made")))
-                .is_some()
-        );
-    }
-
-    #[test]
-    fn a_resource_gone_while_failing_leaves_no_backoff_entry() {
-        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
-        let kept = PerResource::default();
-        kept.failures.lock().unwrap().extend([
-            ("n/deleted".to_string(), 3),
-            ("n/vanished".to_string(), 5),
-            ("n/kept".to_string(), 1),
-        ]);
-        let relist = Relist::default();
-        forget_gone_parents(&watcher::Event::Delete(cm("deleted")), &ar, &kept, &relist);
-        for ev in [
-            watcher::Event::Init,
-            watcher::Event::InitApply(cm("kept")),
-            watcher::Event::InitDone,
-        ] {
-            forget_gone_parents(&ev, &ar, &kept, &relist);
-        }
-        let left: Vec<String> = kept.failures.lock().unwrap().keys().cloned().collect();
-        assert_eq!(left, vec!["n/kept".to_string()]);
     }
 }

@@ -3,166 +3,22 @@
 //! Pure: no cluster is needed, so `ruleop check` runs anywhere.
 
 use super::error::{LoadError, Location, RuleProblem};
-use super::graph::Reads;
 use super::helpers;
-use super::kinds::group_version;
 use super::lines::LineIndex;
 use super::program::{self, ExprRef, Program, TextRef};
-use super::spec::{DeletionPolicy, FieldType, RuleSpec, WatchSpec};
+use super::spec::{RuleSpec, WatchSpec};
 mod child;
+mod fields;
+mod model;
+
+pub use model::*;
 
 use child::{check_same_names, compile_child, compile_existing, link, repetition};
-use jsonpath_rust::parser::model::JpQuery;
+use fields::compile_fields;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::sync::Arc;
-
-/// A rule ready to run: what `render` and `status` evaluate for every custom resource.
-#[derive(Debug)]
-pub struct CompiledRule {
-    pub name: String,
-    pub at: Location,
-    pub watch: WatchSpec,
-    pub defaults: Map<String, Value>,
-    pub children: Vec<CompiledChild>,
-    pub fields: Vec<CompiledField>,
-    pub ready: Option<ExprRef>,
-    pub program: Program,
-    /// The variables the status expressions read (`children` and `self` are made into
-    /// template values only when some expression reads them).
-    pub status_reads: std::collections::BTreeSet<String>,
-    /// Changes whenever anything in the rule changes; tells edited rules on reload.
-    pub fingerprint: String,
-    /// Objects the rule reads but does not make.
-    pub existing: Vec<CompiledExisting>,
-    /// The order children are rendered in: each after the ones it depends on.
-    pub order: Vec<usize>,
-    /// For each child, the children it depends on (reads or comes `after`).
-    pub deps: Vec<std::collections::BTreeSet<usize>>,
-    pub deletion: DeletionPolicy,
-    /// The watched kind's CRD, made from the rule's `schema` (None without one).
-    pub crd: Option<Value>,
-}
-
-/// One child template.
-#[derive(Debug)]
-pub struct CompiledChild {
-    pub id: String,
-    pub api_version: String,
-    pub kind: String,
-    pub when: Option<ExprRef>,
-    pub template: Node,
-    /// Which existing objects of its name the child may take over.
-    pub adopt: super::spec::AdoptPolicy,
-    /// When the live child is ready (it sees `child`); None: its kind's built-in readiness.
-    pub ready_when: Option<ExprRef>,
-    /// A collection: one object per item of this list.
-    pub each: Option<Each>,
-    /// Children that must exist and be ready first (indexes into the rule's children).
-    pub after: Vec<usize>,
-    /// What its templates read of other children and existing objects.
-    pub reads: Reads,
-    /// Whether its `when` itself reads other children or existing objects (then it can
-    /// only be decided once they are there).
-    pub when_reads_graph: bool,
-    pub at: Location,
-}
-
-/// A repetition: `over` gives a list; each item is bound to `var`, its position to `index`.
-#[derive(Debug)]
-pub struct Each {
-    pub over: ExprRef,
-    pub var: Arc<str>,
-}
-
-/// An object the rule reads (`existing[]`): by name, or by labels.
-#[derive(Debug)]
-pub struct CompiledExisting {
-    pub id: String,
-    pub api_version: String,
-    pub kind: String,
-    pub find: Find,
-    pub at: Location,
-}
-
-/// How an existing object is found.
-#[derive(Debug)]
-pub enum Find {
-    /// One object by name (a template node giving a string).
-    Name(Node),
-    /// Every object with these labels (values are template nodes).
-    Selector(Vec<(String, Node)>),
-}
-
-impl CompiledExisting {
-    /// The API group of its kind (empty for the core group).
-    pub fn group(&self) -> &str {
-        group_version(&self.api_version).0
-    }
-}
-
-impl CompiledChild {
-    /// The API group of the child's kind (empty for the core group).
-    pub fn group(&self) -> &str {
-        group_version(&self.api_version).0
-    }
-}
-
-/// A node of a structured template. Only string scalars are templated, each on its own,
-/// so nothing a custom resource holds can change the shape of a child.
-#[derive(Debug)]
-pub enum Node {
-    /// A value written as is.
-    Literal(Value),
-    /// A lone `{{ expr }}`: the expression's value, with its own type.
-    Expr(ExprRef),
-    /// Text with templates in it: always a string.
-    Text(TextRef),
-    Map(Vec<(Key, Node)>),
-    Seq(Vec<Node>),
-    /// An entry of a list repeated once per item (only inside [`Node::Seq`]).
-    Each(Box<(Each, Node)>),
-}
-
-/// A mapping key: literal or templated text.
-#[derive(Debug)]
-pub enum Key {
-    Literal(String),
-    Text(TextRef),
-}
-
-/// One status field.
-#[derive(Debug)]
-pub struct CompiledField {
-    pub name: String,
-    pub source: FieldSource,
-    pub ty: FieldType,
-    pub default: Option<Value>,
-    pub export: bool,
-    pub at: Location,
-}
-
-/// Where a status field's value comes from.
-#[derive(Debug)]
-pub enum FieldSource {
-    /// A JSONPath over the custom resource itself (`from: self`) or a child.
-    Path {
-        from: Source,
-        query: Box<JpQuery>,
-        text: String,
-    },
-    /// An expression.
-    Value(ExprRef),
-}
-
-/// The object a JSONPath reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    Parent,
-    /// Index into [`CompiledRule::children`].
-    Child(usize),
-}
 
 /// Variables templates see (see README, "Template context").
 pub const TEMPLATE_VARIABLES: &[&str] = &[
@@ -570,107 +426,6 @@ fn check_watch(c: &mut Compiler<'_>, w: &WatchSpec) {
             "use the lowercase plural, e.g. websites (as in `kubectl api-resources`)",
         );
     }
-}
-
-fn compile_fields(c: &mut Compiler<'_>, spec: &RuleSpec, ids: &[&str]) -> Vec<CompiledField> {
-    let mut seen_ids = std::collections::HashSet::new();
-    for (i, id) in ids.iter().enumerate() {
-        if !seen_ids.insert(*id) {
-            c.error(
-                &format!("children[{i}].id"),
-                Some(id),
-                format!("child id {id:?} is used twice"),
-                "give every child of a rule its own id",
-            );
-        }
-    }
-    let mut out = Vec::new();
-    let mut names = std::collections::HashSet::new();
-    for (i, f) in spec.status.fields.iter().enumerate() {
-        let base = format!("status.fields[{i}]");
-        if !is_identifier(&f.name) {
-            c.error(
-                &format!("{base}.name"),
-                None,
-                format!("status field name {:?} is not an identifier", f.name),
-                "use letters, digits and '_', starting with a letter",
-            );
-        }
-        if !names.insert(f.name.clone()) {
-            c.error(
-                &format!("{base}.name"),
-                None,
-                format!("status field {:?} is defined twice", f.name),
-                "give every status field its own name",
-            );
-        }
-        if let Some(d) = &f.default
-            && !f.ty.admits(d)
-        {
-            c.error(
-                &format!("{base}.default"),
-                None,
-                format!("default {d} is not of type {}", f.ty.name()),
-                "make the default match the declared type",
-            );
-        }
-        let source = match (&f.from, &f.path, &f.value) {
-            (Some(from), Some(path), None) => {
-                let from_src = if from == "self" {
-                    Some(Source::Parent)
-                } else if let Some(ix) = ids.iter().position(|id| id == from) {
-                    Some(Source::Child(ix))
-                } else {
-                    c.error(
-                        &format!("{base}.from"),
-                        None,
-                        format!("`from: {from}` names no child of this rule"),
-                        format!("use `self` or one of: {}", ids.join(", ")),
-                    );
-                    None
-                };
-                match jsonpath_rust::parser::parse_json_path(path) {
-                    Ok(q) => from_src.map(|from| FieldSource::Path {
-                        from,
-                        query: Box::new(q),
-                        text: path.clone(),
-                    }),
-                    Err(e) => {
-                        let reason = e
-                            .to_string()
-                            .lines()
-                            .map(str::trim)
-                            .filter(|l| !l.is_empty() && *l != "|")
-                            .collect::<Vec<_>>()
-                            .join(" ");
-                        c.error(&format!("{base}.path"), None, format!("bad JSONPath {path:?}: {reason}"), "write an RFC 9535 JSONPath starting with $, e.g. $.status.readyReplicas");
-                        None
-                    }
-                }
-            }
-            (None, None, Some(v)) => Some(FieldSource::Value(c.expr(
-                &format!("{base}.value"),
-                None,
-                v,
-                STATUS_VARIABLES,
-            ))),
-            _ => {
-                c.error(&base, None, format!("status field {:?} needs either `from` and `path`, or `value`", f.name), "e.g. `from: deployment` + `path: $.status.readyReplicas`, or `value: spec.port`");
-                None
-            }
-        };
-        if let Some(source) = source {
-            out.push(CompiledField {
-                name: f.name.clone(),
-                source,
-                ty: f.ty,
-                default: f.default.clone(),
-                export: f.export,
-                at: c.at(&base),
-            });
-        }
-    }
-    out
 }
 
 /// Refuses variables no context provides: a typo (`spce.port`) fails at load, not at 3 a.m.
