@@ -225,6 +225,26 @@ mod tests {
     }
 
     #[test]
+    fn a_key_made_with_a_kind_of_its_own_finds_the_cached_object() {
+        use kube::runtime::reflector::{ObjectRef, store::Writer};
+        let mut writer = Writer::<Cached>::new(Kind::from(ar()));
+        writer.apply_watcher_event(&Event::Apply(Cached::new(&deployment())));
+        let store = writer.as_reader();
+        // Another Arc, the same content: the same key.
+        let key = ObjectRef::new_with("w-web", Kind::from(ar())).within("ns");
+        assert_eq!(
+            store.get(&key).map(|c| c.name_any()).as_deref(),
+            Some("w-web")
+        );
+        let other = ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&());
+        let elsewhere = ObjectRef::new_with("w-web", Kind::from(other)).within("ns");
+        assert!(
+            store.get(&elsewhere).is_none(),
+            "another kind is another key"
+        );
+    }
+
+    #[test]
     fn events_keep_their_kind_and_read_as_a_dynamic_object_would() {
         let compact = compact(&ar());
         assert!(matches!(compact(Event::Init), Event::Init));

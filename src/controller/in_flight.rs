@@ -2,7 +2,8 @@
 //! requests (`ruleop_client_requests_total`), refuses a write once this replica may no
 //! longer write (the leader fence, asked again here because a write may have waited for
 //! its token or its slot since its sender asked), and, with `--max-in-flight N`, lets at
-//! most N requests be at the API server at once, first come, first served.
+//! most N requests be at the API server at once, and at most half of them (rounded up)
+//! of one kind; the others wait their turn, in the order asked within a kind.
 //!
 //! The bound (default 128) is well above what ruleop needs in steady work and binds in a
 //! burst: each request at once is a connection of its own (HTTP/1.1, with its TLS state),
@@ -11,10 +12,12 @@
 //! lower because ruleop's requests are bound by the API server's latency, not its CPU
 //! (BENCHMARKS.md, "Latency: what holds it"): 32 halved ruleop's rate, and a slow kind of
 //! write (a Service create takes seconds at 10,000 Services) holds the slots the others
-//! wait for. So no one kind of request (its resource and subresource: Service creates,
-//! say, or status writes) holds more than half the slots: the other half stays for the
-//! rest, and a status write does not queue behind a hundred Service creates that each
-//! take seconds. Watches hold no slot (they last minutes); a slot is held from the
+//! wait for. So no one kind of request (its API group, resource and subresource, whatever
+//! the verb: every request about Services, say, or every status write) holds more than
+//! half the slots: a slow kind leaves the other half to the rest, and a status write does
+//! not queue behind a hundred Service creates that each take seconds. (Two kinds busy at
+//! once can still hold all the slots between them; a request of a third kind then waits
+//! for the first of them to be answered.) Watches hold no slot (they last minutes); a slot is held from the
 //! request's turn until its answer's headers come (the client's own retries of a refused
 //! request included). The time requests waited for a slot is counted
 //! (`ruleop_client_in_flight_wait_seconds_total`).
@@ -100,6 +103,8 @@ fn kind_of(path: &str) -> String {
         _ => return "other".into(),
     };
     let rest = match rest {
+        // A namespace's own subresources (its status, its finalizers).
+        ["namespaces", _, "status" | "finalize"] => rest,
         ["namespaces", _, within @ ..] if !within.is_empty() => within,
         rest => rest,
     };
@@ -304,6 +309,9 @@ mod tests {
             ("/apis/g/v1/namespaces/n/sites/s/status", "g/sites/status"),
             ("/apis/g/v1/sites", "g/sites"),
             ("/api/v1/namespaces/n", "/namespaces"),
+            ("/api/v1/namespaces/n/status", "/namespaces/status"),
+            ("/api/v1/namespaces/n/finalize", "/namespaces/finalize"),
+            ("/api/v1/namespaces/n/pods", "/pods"),
             ("/api/v1/nodes/x/status", "/nodes/status"),
             ("/apis/g/v1", "other"),
             ("/version", "other"),

@@ -50,9 +50,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
     /// Requests at the API server at once, all rules together, watches aside, and at most
-    /// half of them of one kind (resource and subresource); the others wait their turn,
-    /// first come, first served. 0 for no bound. Each request at once is a connection of
-    /// its own (HTTP/1.1), with its memory.
+    /// half of them (rounded up) of one kind (API group, resource and subresource, whatever
+    /// the verb); the others wait their turn, in the order asked within a kind. 0 for no
+    /// bound. Each request at once is a connection of its own (HTTP/1.1), with its memory.
     #[arg(long, default_value_t = 128)]
     pub max_in_flight: u32,
     /// Requests per second to the API server, on average (client-side token bucket,
