@@ -369,19 +369,13 @@ async fn run(
 
 #[cfg(test)]
 mod tests {
+    use super::super::watches::tests::cm;
     use super::*;
     use kube::api::DynamicObject;
     use kube::discovery::ApiResource;
     use kube::runtime::watcher;
     use std::sync::Mutex;
     use std::time::Duration;
-
-    fn cm(name: &str) -> DynamicObject {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "n"}
-        }))
-        .unwrap()
-    }
 
     #[tokio::test]
     async fn no_more_reconciles_run_at_once_than_the_bound() {

@@ -240,12 +240,13 @@ pub(super) fn existing_watch(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::apply::Written;
     use std::time::{Duration, Instant};
 
-    fn cm(name: &str) -> DynamicObject {
+    /// A ConfigMap named `name` in namespace `n` (the controller's tests share it).
+    pub(in crate::controller) fn cm(name: &str) -> DynamicObject {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "n"}
         }))
