@@ -147,7 +147,7 @@ async fn decide<'a>(
     round: &mut Round,
 ) -> Option<Write<'a>> {
     let (i, kind) = ctx.child(&c.id)?;
-    let oref = ObjectRef::new_with(&c.name, kind.resolved.kind.clone()).within(ns);
+    let oref = ObjectRef::new_with(&c.name, kind.resolved.resource.clone()).within(ns);
     let live = kind.store.get(&oref).and_then(|o| o.value());
     let key = ObjectKey::of(c);
     if late_write(ctx, ns, cr_uid, c, &key, live.as_ref(), round).await {
@@ -170,7 +170,7 @@ async fn decide<'a>(
         }
         return None;
     }
-    let api = Api::namespaced_with(ctx.client.clone(), ns, &kind.resolved.resource);
+    let api = Api::namespaced_with(ctx.client.clone(), ns, &*kind.resolved.resource);
     Some(Write {
         c,
         key,
@@ -347,7 +347,7 @@ fn record(
 /// The cached objects this resource controls of child kind `kind` (only its own: its
 /// controller ownerReference and the rule's label, which the cache selects on).
 pub(super) fn owned(kind: &ChildKind, ns: &str, uid: &str) -> Vec<DynamicObject> {
-    let ar = &kind.resolved.kind;
+    let ar = &kind.resolved.resource;
     kind.owners
         .children_of(uid)
         .into_iter()
@@ -404,7 +404,7 @@ pub async fn prune_children(
     let children = &out.children;
     let waiting: HashSet<&str> = out.waiting.iter().map(|w| w.id.as_str()).collect();
     for kind in &ctx.kinds {
-        let ar = &kind.resolved.resource;
+        let ar = &*kind.resolved.resource;
         let keep: HashSet<&str> = children
             .iter()
             .filter(|c| c.kind == ar.kind && group_of(&c.api_version) == ar.group)

@@ -47,7 +47,7 @@ async fn set_finalizers(
     }
     let ns = cr.namespace().unwrap_or_default();
     let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &ns, &ctx.parent.resource);
+        Api::namespaced_with(ctx.client.clone(), &ns, &*ctx.parent.resource);
     let body =
         json!({"metadata": {"finalizers": finalizers, "resourceVersion": cr.resource_version()}});
     api.patch(
@@ -121,7 +121,7 @@ pub async fn step(ctx: &Ctx, cr: &DynamicObject) -> Result<Action, ReconcileErro
         if !ctx.fence.holds() {
             return Err(ReconcileError::NotLeader);
         }
-        let ar = &k.resolved.resource;
+        let ar = &*k.resolved.resource;
         let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, ar);
         let params = DeleteParams {
             preconditions: Some(Preconditions {

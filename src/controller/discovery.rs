@@ -10,9 +10,8 @@ use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 /// A kind as the API server serves it.
 #[derive(Debug, Clone)]
 pub struct Resolved {
-    pub resource: ApiResource,
-    /// The same, shared: what the caches of the kind key their objects by.
-    pub kind: Kind,
+    /// Shared: the caches of the kind key their objects by it.
+    pub resource: Kind,
     pub namespaced: bool,
     /// Whether the kind serves a `status` subresource (else status is written through
     /// the object itself).
@@ -22,8 +21,7 @@ pub struct Resolved {
 impl Resolved {
     fn from((resource, caps): (ApiResource, ApiCapabilities)) -> Resolved {
         Resolved {
-            kind: Kind::from(resource.clone()),
-            resource,
+            resource: Kind::from(resource),
             namespaced: matches!(caps.scope, Scope::Namespaced),
             status_subresource: caps.subresources.iter().any(|(s, _)| s.plural == "status"),
         }

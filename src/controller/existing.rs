@@ -107,7 +107,7 @@ pub fn resolve(
         let objects = match lookup {
             Lookup::Name(n) => kind
                 .store
-                .get(&ObjectRef::new_with(n, kind.resolved.kind.clone()).within(&ns))
+                .get(&ObjectRef::new_with(n, kind.resolved.resource.clone()).within(&ns))
                 .into_iter()
                 .collect(),
             Lookup::Labels(_) => kind

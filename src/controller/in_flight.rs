@@ -17,9 +17,9 @@
 //! half the slots: a slow kind leaves the other half to the rest, and a status write does
 //! not queue behind a hundred Service creates that each take seconds. (Two kinds busy at
 //! once can still hold all the slots between them; a request of a third kind then waits
-//! for the first of them to be answered.) Watches hold no slot (they last minutes); a slot is held from the
-//! request's turn until its answer's headers come (the client's own retries of a refused
-//! request included). The time requests waited for a slot is counted
+//! for the first of them to be answered.) Watches hold no slot (they last minutes); a
+//! slot is held from the request's turn until its answer's headers come (the client's own
+//! retries of a refused request included). The time requests waited for a slot is counted
 //! (`ruleop_client_in_flight_wait_seconds_total`).
 
 use crate::apply::Fence;
@@ -165,16 +165,18 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let bounded = !long_running(&req);
         let write = is_write(&req);
-        let kind = kind_of(req.uri().path());
+        // What it is about, when it will wait for a slot (watches and an unbounded gate
+        // do not).
+        let kind =
+            (self.gate.slots.is_some() && !long_running(&req)).then(|| kind_of(req.uri().path()));
         // The client's futures send nothing until polled: the request goes once it has
         // its turn, and not at all if the fence closed meanwhile.
         let answer = self.inner.call(req);
         let gate = self.gate.clone();
         Box::pin(async move {
-            let _slot = match (&gate.slots, bounded) {
-                (Some(slots), true) => {
+            let _slot = match (&gate.slots, kind) {
+                (Some(slots), Some(kind)) => {
                     let since = Instant::now();
                     let slot = slots.take(kind).await;
                     let waited = since.elapsed().as_secs_f64();

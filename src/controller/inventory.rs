@@ -189,8 +189,8 @@ async fn parent_uids(
             message: "not served".into(),
         })?;
     let api: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resolved.resource),
-        None => Api::all_with(client.clone(), &resolved.resource),
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &*resolved.resource),
+        None => Api::all_with(client.clone(), &*resolved.resource),
     };
     let list = api
         .list_metadata(&ListParams::default())
@@ -233,7 +233,7 @@ pub async fn clean_up(
             });
         }
     };
-    let ar = &resolved.resource;
+    let ar = &*resolved.resource;
     let api: Api<DynamicObject> = match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
         None => Api::all_with(client.clone(), ar),

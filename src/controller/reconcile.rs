@@ -518,7 +518,7 @@ impl Ctx {
     /// The cached object of a rendered child, if the cluster has it.
     pub fn live(&self, ns: &str, r: &Rendered) -> Option<Value> {
         let (_, kind) = self.child(&r.id)?;
-        let oref = ObjectRef::new_with(&r.name, kind.resolved.kind.clone()).within(ns);
+        let oref = ObjectRef::new_with(&r.name, kind.resolved.resource.clone()).within(ns);
         kind.store.get(&oref)?.value()
     }
 }

@@ -284,20 +284,23 @@ async fn run(
     // has listed once.
     let watches = 1 + kinds.len() + existing_kinds.len();
     let sync = Arc::new(SyncTracker::new(watches, synced.clone()));
-    let parent_writer = Writer::<Cached>::new(parent.kind.clone());
+    let parent_writer = Writer::<Cached>::new(parent.resource.clone());
     let parent_reader = parent_writer.as_reader();
     let parent_stream = parent_watch(&client, &opts, &parent, parent_writer, &sync, &kept);
 
-    let mut controller =
-        Controller::for_stream_with(parent_stream, parent_reader.clone(), parent.kind.clone())
-            .with_config(controller_config(opts.concurrency))
-            .trigger_backoff(BriefPause)
-            .graceful_shutdown_on(stopped(stop.clone()));
+    let mut controller = Controller::for_stream_with(
+        parent_stream,
+        parent_reader.clone(),
+        parent.resource.clone(),
+    )
+    .with_config(controller_config(opts.concurrency))
+    .trigger_backoff(BriefPause)
+    .graceful_shutdown_on(stopped(stop.clone()));
 
     let mut child_kinds = Vec::new();
     for (i, k) in kinds.iter().enumerate() {
         let (stream, child) = child_watch(&client, &opts, &rule, k, sync.clone(), i + 1, &memo);
-        controller = controller.owns_stream_with(stream, k.kind.clone());
+        controller = controller.owns_stream_with(stream, k.resource.clone());
         child_kinds.push(child);
     }
 
@@ -305,7 +308,7 @@ async fn run(
     for (i, k) in existing_kinds.into_iter().enumerate() {
         let (stream, store) = existing_watch(&client, &opts, &k, sync.clone(), 1 + kinds.len() + i);
         let readers = kept.readers.clone();
-        let parent_kind = parent.kind.clone();
+        let parent_kind = parent.resource.clone();
         let mapper = move |c: Cached| {
             // The labels a lookup matches are in the text only.
             let Some(o) = c.head() else {
@@ -318,7 +321,7 @@ async fn run(
                 .map(|name| ObjectRef::new_with(&name, parent_kind.clone()).within(&ns))
                 .collect::<Vec<_>>()
         };
-        controller = controller.watches_stream_with(stream, mapper, k.kind.clone());
+        controller = controller.watches_stream_with(stream, mapper, k.resource.clone());
         existing.push(ExistingKind { resolved: k, store });
     }
 

@@ -177,7 +177,7 @@ pub(super) async fn write_status(
         return Err(ReconcileError::NotLeader);
     }
     let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &key.namespace, &ctx.parent.resource);
+        Api::namespaced_with(ctx.client.clone(), &key.namespace, &*ctx.parent.resource);
     // A field the CRD's status schema does not declare is refused; learned, it is left
     // out and the write tried again (once per field the schema lacks).
     let written = loop {

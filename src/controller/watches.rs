@@ -117,7 +117,7 @@ pub(super) fn child_watch(
     impl Stream<Item = Result<Cached, watcher::Error>> + Send + 'static,
     ChildKind,
 ) {
-    let writer = Writer::<Cached>::new(k.kind.clone());
+    let writer = Writer::<Cached>::new(k.resource.clone());
     let owners = Arc::new(OwnerIndex::default());
     let child = ChildKind {
         resolved: k.clone(),
@@ -226,7 +226,7 @@ pub(super) fn existing_watch(
     impl futures::Stream<Item = Result<Cached, watcher::Error>> + Send + 'static,
     kube::runtime::reflector::Store<Cached>,
 ) {
-    let writer = Writer::<Cached>::new(k.kind.clone());
+    let writer = Writer::<Cached>::new(k.resource.clone());
     let store = writer.as_reader();
     let api = scoped(client, &k.resource, opts.namespace.as_deref());
     let stream = watcher(api, watcher::Config::default().timeout(opts.watch_timeout))
