@@ -10,6 +10,16 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 kubeconfig="$repo/target/cluster/kubeconfig"
 
+# The build and the control planes the tests start (four at once in the fault tests,
+# each with etcd's 64 MB log segments) need a few GB; say so before they fail one by one.
+need_mb=4096
+for d in "$repo" "${TMPDIR:-/tmp}"; do
+  free_mb=$(df -Pm "$d" | awk 'NR == 2 { print $4 }')
+  if [ "${free_mb:-0}" -lt "$need_mb" ]; then
+    echo "make test: warning: ${free_mb} MB free under $d; the tests need about $need_mb MB" >&2
+  fi
+done
+
 started=0
 if ! { [ -f "$kubeconfig" ] && kubectl --kubeconfig "$kubeconfig" get --raw /readyz >/dev/null 2>&1; }; then
   tests/cluster/up.sh
