@@ -9,12 +9,14 @@ use super::program::{self, ExprRef, Program, TextRef};
 use super::spec::{RuleSpec, WatchSpec};
 mod child;
 mod fields;
+mod link;
 mod model;
 
 pub use model::*;
 
-use child::{check_same_names, compile_child, compile_existing, link, repetition};
+use child::{check_same_names, compile_child, compile_existing, repetition};
 use fields::compile_fields;
+use link::link;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::path::Path;
