@@ -14,8 +14,9 @@ kubeconfig="$repo/target/cluster/kubeconfig"
 # each with etcd's 64 MB log segments) need a few GB; say so before they fail one by one.
 need_mb=4096
 for d in "$repo" "${TMPDIR:-/tmp}"; do
-  free_mb=$(df -Pm "$d" | awk 'NR == 2 { print $4 }')
-  if [ "${free_mb:-0}" -lt "$need_mb" ]; then
+  free_mb=$(df -Pm -- "$d" 2>/dev/null | awk 'NR == 2 { print $4 }') || true
+  [ -n "$free_mb" ] || continue
+  if [ "$free_mb" -lt "$need_mb" ]; then
     echo "make test: warning: ${free_mb} MB free under $d; the tests need about $need_mb MB" >&2
   fi
 done

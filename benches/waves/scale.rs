@@ -9,7 +9,7 @@
 //! kwok runs no pods for them) and nothing else happening (the API server down to fewer
 //! than 2 writes per second, besides Leases and nodes), one more WebSite (replicas 1)
 //! every 100 ms for a minute, from create to ready (status.readyReplicas = 1 at the
-//! current generation: ruleop's `Ready=True`; `RULEOP_BENCH_LATENCY=only` runs this part
+//! current generation and, for ruleop, `Ready=True`; `RULEOP_BENCH_LATENCY=only` runs this part
 //! alone, `=0` skips it, `RULEOP_BENCH_LATENCY_SYSTEMS` names the systems); and the API
 //! server's own request latency
 //! (p99 of apiserver_request_duration_seconds, long-running requests excluded) over the
@@ -419,12 +419,21 @@ fn small_site(name: &str, replicas: i64) -> DynamicObject {
     .expect("a WebSite")
 }
 
-/// Whether a WebSite's status says it is ready at its generation.
+/// Whether a WebSite's status says it is ready at its generation: its replicas ready and,
+/// where the status has a `Ready` condition (ruleop's; controller-runtime's operator sets
+/// none), that condition `True`. ruleop writes `readyReplicas` as soon as the Deployment
+/// has them, while a slow Service write is still on its way (`Ready=False`, `Applying`);
+/// controller-runtime's operator writes its status only after its Service's `POST`. The
+/// condition makes both mean the same: the Deployment ready and the Service there.
 fn ready(o: &DynamicObject) -> bool {
     let s = &o.data["status"];
     let want = o.data["spec"]["replicas"].as_i64().unwrap_or(1);
+    let condition = s["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
     s["observedGeneration"].as_i64() == o.metadata.generation
         && s["readyReplicas"].as_i64().unwrap_or(0) >= want
+        && condition.is_none_or(|c| c["status"] == "True")
 }
 
 /// Waits (at most 20 minutes) until the API server takes fewer than 2 writes per second

@@ -1,5 +1,5 @@
 //! The children of a rule: each child's template, collection and conditions, and the
-//! existing objects it reads (how they refer to each other: [`super::link`]).
+//! existing objects it reads (how they refer to each other: [`mod@super::link`]).
 
 use super::{
     CHILD_VARIABLES, CompiledChild, CompiledExisting, Compiler, Each, Find, INDEX_VARIABLE,
