@@ -9,9 +9,9 @@
 //! kwok runs no pods for them) and nothing else happening (the API server down to fewer
 //! than 2 writes per second, besides Leases and nodes), one more WebSite (replicas 1)
 //! every 100 ms for a minute, from create to ready (status.readyReplicas = 1 at the
-//! current generation and, for ruleop, `Ready=True`; `RULEOP_BENCH_LATENCY=only` runs this part
-//! alone, `=0` skips it, `RULEOP_BENCH_LATENCY_SYSTEMS` names the systems); and the API
-//! server's own request latency
+//! current generation and, for ruleop, `Ready=True`; `RULEOP_BENCH_LATENCY=only` runs
+//! this part alone, `=0` skips it, `RULEOP_BENCH_LATENCY_SYSTEMS` names the systems); and
+//! the API server's own request latency
 //! (p99 of apiserver_request_duration_seconds, long-running requests excluded) over the
 //! minute after the system restarts with all of them in place (its resync).
 
@@ -422,7 +422,8 @@ fn small_site(name: &str, replicas: i64) -> DynamicObject {
 /// Whether a WebSite's status says it is ready at its generation: its replicas ready and,
 /// where the status has a `Ready` condition (ruleop's; controller-runtime's operator sets
 /// none), that condition `True`. ruleop writes `readyReplicas` as soon as the Deployment
-/// has them, while a slow Service write is still on its way (`Ready=False`, `Applying`);
+/// has them, while a slow Service write is still on its way (`Ready=False`, and
+/// `Synced=False` with reason `Applying`);
 /// controller-runtime's operator writes its status only after its Service's `POST`. The
 /// condition makes both mean the same: the Deployment ready and the Service there.
 fn ready(o: &DynamicObject) -> bool {
