@@ -417,7 +417,13 @@ async fn graceful_shutdown_without_leader_election() {
     install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "prod-shutdown").await;
     let mut op = Operator::start(&ns, &["rules/website.yaml"], &[]);
-    op.admin_addr().await;
+    // SIGTERM as soon as the process has logged anything, while it is still starting
+    // (before its controllers run): the signal must be kept for the shutdown, not end
+    // the process by the default action.
+    eventually(Duration::from_secs(30), "a first log record", || async {
+        (!op.records().is_empty()).then_some(())
+    })
+    .await;
     assert!(op.terminate(Duration::from_secs(20)), "exits on SIGTERM");
     let logs = op.logs();
     assert!(

@@ -218,6 +218,7 @@ fn report(
 
 /// The operator.
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
+    let shutdown = shutdown_signal();
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(Health::default());
     let mut book = RuleBook::new(args.rules.clone());
@@ -315,7 +316,6 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     tracing::info!(rules = book.rules().len(), leading, "ruleop running");
 
     let mut poll = tokio::time::interval(Duration::from_secs(args.rules_poll_seconds.max(1)));
-    let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -383,24 +383,42 @@ fn set_leader(leading: bool, metrics: &Metrics, health: &Health) {
     health.leader.store(leading, Ordering::SeqCst);
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// The shutdown signal (SIGTERM or Ctrl-C). The handlers are registered when this is
+/// called, not when the future is first polled: a signal that arrives while ruleop starts
+/// (before its main loop) is then kept until the loop sees it, instead of the default
+/// action ending the process without its shutdown.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
+    let streams = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::terminate()).ok(),
+            signal(SignalKind::interrupt()).ok(),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let recv = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => s.recv().await,
+                    None => std::future::pending().await,
                 }
             };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+            match streams {
+                (None, None) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+                (term, int) => {
+                    tokio::select! {
+                        _ = recv(term) => {}
+                        _ = recv(int) => {}
+                    }
+                }
+            }
         }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutdown signal received");
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("shutdown signal received");
 }
