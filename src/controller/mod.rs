@@ -145,6 +145,8 @@ pub enum RunError {
     Watch(#[source] notify::Error),
     #[error("leader election: {0}")]
     Lease(#[source] leader::LeaseError),
+    #[error("cannot listen for SIGTERM or SIGINT: {0}")]
+    Signal(#[source] std::io::Error),
 }
 
 /// A client whose reads time out a little after the server should have ended a watch:
@@ -218,7 +220,7 @@ fn report(
 
 /// The operator.
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
-    let shutdown = shutdown_signal();
+    let shutdown = shutdown_signal().map_err(RunError::Signal)?;
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(Health::default());
     let mut book = RuleBook::new(args.rules.clone());
@@ -319,6 +321,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
+            // A signal that came while ruleop started goes before the first poll tick.
+            biased;
             _ = &mut shutdown => break,
             now = async {
                 match election.as_mut() {
@@ -383,42 +387,27 @@ fn set_leader(leading: bool, metrics: &Metrics, health: &Health) {
     health.leader.store(leading, Ordering::SeqCst);
 }
 
-/// The shutdown signal (SIGTERM or Ctrl-C). The handlers are registered when this is
+/// The shutdown signal (SIGTERM or SIGINT). The handlers are registered when this is
 /// called, not when the future is first polled: a signal that arrives while ruleop starts
 /// (before its main loop) is then kept until the loop sees it, instead of the default
 /// action ending the process without its shutdown.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    let streams = {
+    {
         use tokio::signal::unix::{SignalKind, signal};
-        (
-            signal(SignalKind::terminate()).ok(),
-            signal(SignalKind::interrupt()).ok(),
-        )
-    };
-    async move {
-        #[cfg(unix)]
-        {
-            let recv = |s: Option<tokio::signal::unix::Signal>| async move {
-                match s {
-                    Some(mut s) => s.recv().await,
-                    None => std::future::pending().await,
-                }
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            let name = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
             };
-            match streams {
-                (None, None) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                }
-                (term, int) => {
-                    tokio::select! {
-                        _ = recv(term) => {}
-                        _ = recv(int) => {}
-                    }
-                }
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutdown signal received");
+            tracing::info!(signal = name, "shutdown signal received");
+        })
     }
+    #[cfg(not(unix))]
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!(signal = "Ctrl-C", "shutdown signal received");
+    })
 }
