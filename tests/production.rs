@@ -417,9 +417,10 @@ async fn graceful_shutdown_without_leader_election() {
     install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "prod-shutdown").await;
     let mut op = Operator::start(&ns, &["rules/website.yaml"], &[]);
-    // SIGTERM as soon as the process has logged anything, while it is still starting
-    // (before its controllers run): the signal must be kept for the shutdown, not end
-    // the process by the default action.
+    // SIGTERM as soon as the process has logged anything, while it may still be starting
+    // (before its main loop): the signal must be kept for the shutdown, not end the
+    // process by the default action. Whether it lands before the main loop depends on how
+    // long the start takes, so this catches a regression often, not always (CI did).
     eventually(Duration::from_secs(30), "a first log record", || async {
         (!op.records().is_empty()).then_some(())
     })

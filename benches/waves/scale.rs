@@ -41,7 +41,7 @@ struct Point {
     events_per_cr: f64,
 }
 
-/// The latency figures of one system.
+/// How fast `y` grows with `x` between two points: y ∝ x^k.
 fn exponent(x0: f64, y0: f64, x1: f64, y1: f64) -> Option<f64> {
     let k = (y1 / y0).ln() / (x1 / x0).ln();
     k.is_finite().then_some(k)

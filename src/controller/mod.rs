@@ -387,10 +387,11 @@ fn set_leader(leading: bool, metrics: &Metrics, health: &Health) {
     health.leader.store(leading, Ordering::SeqCst);
 }
 
-/// The shutdown signal (SIGTERM or SIGINT). The handlers are registered when this is
-/// called, not when the future is first polled: a signal that arrives while ruleop starts
-/// (before its main loop) is then kept until the loop sees it, instead of the default
-/// action ending the process without its shutdown.
+/// The shutdown signal (SIGTERM or SIGINT). On unix the handlers are registered when this
+/// is called, not when the future is first polled: a signal that arrives while ruleop
+/// starts (before its main loop) is then kept until the loop sees it, instead of the
+/// default action ending the process without its shutdown. (Elsewhere, Ctrl-C is listened
+/// for from the first poll.)
 fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {

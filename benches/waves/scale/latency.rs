@@ -3,6 +3,7 @@
 
 use super::*;
 
+/// The latency figures of one system.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(super) struct Latency {
     system: String,
@@ -108,7 +109,7 @@ fn leg(
     (quantile(&d, 0.50), quantile(&d, 0.99))
 }
 
-/// How fast `y` grows with `x` between two points: y ∝ x^k.
+/// The latency table and where the time went, one row per system.
 pub(super) fn print_latencies(latencies: &[Latency]) {
     println!(
         "\nLatency: with N WebSites in place, one more every 100 ms for 60 s; create → ready. Resync: the API server's p99 request latency (non-long-running) over the minute after the system restarts.\n"
@@ -298,12 +299,14 @@ pub(super) async fn latency(system: &str, n: usize) -> Result<Latency, String> {
     settle(&c).await;
     // Then one more every 100 ms for a minute.
     let minute_before = (api_metrics(&c).await, admin_metrics());
+    let window = Instant::now();
     let mut created_at = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     for i in 0..600 {
         tick.tick().await;
         if i == 300 {
-            keep_goroutines(&c, system).await;
+            // Aside: the dump must not hold up the creates' ticks.
+            tokio::spawn(keep_goroutines(c.clone(), system.to_string()));
         }
         let name = format!("l{i}");
         let at = Instant::now();
@@ -330,7 +333,7 @@ pub(super) async fn latency(system: &str, n: usize) -> Result<Latency, String> {
     };
     waits.sort_by(f64::total_cmp);
     let minute_after = (api_metrics(&c).await, admin_metrics());
-    print_minute(system, &minute_before, &minute_after);
+    print_minute(system, window.elapsed(), &minute_before, &minute_after);
     let (to_deployment, deployment_to_ready, ready_to_status) = {
         let (d, r) = (deployments.lock().unwrap(), first_ready.lock().unwrap());
         print_slowest(&created_at, &d, &r);
@@ -396,7 +399,7 @@ pub(super) async fn latency(system: &str, n: usize) -> Result<Latency, String> {
 
 /// The API server's goroutines (its pprof endpoint, with stacks) half-way through the
 /// minute, kept in target/bench/logs: where its requests wait.
-async fn keep_goroutines(c: &Client, system: &str) {
+async fn keep_goroutines(c: Client, system: String) {
     let req = http::Request::get("/debug/pprof/goroutine?debug=2")
         .body(Vec::new())
         .unwrap();
@@ -406,11 +409,16 @@ async fn keep_goroutines(c: &Client, system: &str) {
     }
 }
 
-/// Over the latency minute: the API server's requests by resource and verb (count, mean
-/// and total seconds, the busiest first), from its request-duration histogram; both
-/// readings (the API server's and, for ruleop, its own /metrics) are kept in
-/// target/bench/logs.
-fn print_minute(system: &str, before: &(String, String), after: &(String, String)) {
+/// Over the latency minute and the wait for its creates to be ready (`window`): the API
+/// server's requests by resource and verb (count, mean and total seconds, the busiest
+/// first), from its request-duration histogram; both readings (the API server's and, for
+/// ruleop, its own /metrics) are kept in target/bench/logs.
+fn print_minute(
+    system: &str,
+    window: Duration,
+    before: &(String, String),
+    after: &(String, String),
+) {
     let logs = Path::new(ROOT).join("target/bench/logs");
     for (when, (api, own)) in [("before", before), ("after", after)] {
         let _ = std::fs::write(
@@ -459,7 +467,10 @@ fn print_minute(system: &str, before: &(String, String), after: &(String, String
         .filter(|(_, n, _)| *n > 0.0)
         .collect();
     rows.sort_by(|x, y| y.2.total_cmp(&x.2));
-    eprintln!("  {system}: the API server over the minute (requests, mean s, total s):");
+    eprintln!(
+        "  {system}: the API server over the creates and the wait for them ({:.0} s; requests, mean s, total s):",
+        window.as_secs_f64()
+    );
     for ((resource, sub, verb), n, t) in rows.into_iter().take(12) {
         eprintln!(
             "    {verb:<7} {resource}{}{sub}: {n:.0}, {:.3}, {t:.1}",
