@@ -242,13 +242,39 @@ fn writes(text: &str) -> BTreeMap<(String, String, String), f64> {
         ) {
             continue;
         }
-        let v: f64 = line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
         *out.entry((label("resource"), label("subresource"), verb))
-            .or_default() += v;
+            .or_default() += value(line);
+    }
+    out
+}
+
+/// The value of one line of Prometheus text (0 when it has none).
+fn value(line: &str) -> f64 {
+    line.rsplit_once(' ')
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The API server's requests by (resource, subresource, verb): how many, and the seconds
+/// they took in all (its request-duration histogram's `_count` and `_sum`).
+fn request_time(text: &str) -> BTreeMap<(String, String, String), (f64, f64)> {
+    let mut out: BTreeMap<_, (f64, f64)> = BTreeMap::new();
+    for line in text.lines() {
+        let count = line.starts_with("apiserver_request_duration_seconds_count{");
+        if !count && !line.starts_with("apiserver_request_duration_seconds_sum{") {
+            continue;
+        }
+        let key = (
+            label(line, "resource"),
+            label(line, "subresource"),
+            label(line, "verb"),
+        );
+        let e = out.entry(key).or_default();
+        if count {
+            e.0 += value(line);
+        } else {
+            e.1 += value(line);
+        }
     }
     out
 }
@@ -286,32 +312,24 @@ fn delta(
 /// requests, by verb and resource, and watch events it sent, by kind.
 fn server_figures(text: &str) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
+    for ((resource, sub, verb), (_, seconds)) in request_time(text) {
+        let sub = if sub.is_empty() {
+            sub
+        } else {
+            format!("/{sub}")
+        };
+        *out.entry(format!("server seconds {verb} {resource}{sub}"))
+            .or_default() += seconds;
+    }
     for line in text.lines() {
-        let Some((head, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(v) = value.parse::<f64>() else {
-            continue;
-        };
-        let label = |k: &str| label(head, k);
-        let key = if head.starts_with("apiserver_request_duration_seconds_sum{") {
-            format!(
-                "server seconds {} {}{}",
-                label("verb"),
-                label("resource"),
-                match label("subresource").as_str() {
-                    "" => String::new(),
-                    s => format!("/{s}"),
-                }
-            )
-        } else if head.starts_with("apiserver_watch_events_total{") {
-            format!("watch events {}", label("kind"))
-        } else if head.starts_with("apiserver_watch_events_sizes_sum{") {
-            format!("watch bytes {}", label("kind"))
+        let key = if line.starts_with("apiserver_watch_events_total{") {
+            format!("watch events {}", label(line, "kind"))
+        } else if line.starts_with("apiserver_watch_events_sizes_sum{") {
+            format!("watch bytes {}", label(line, "kind"))
         } else {
             continue;
         };
-        *out.entry(key).or_default() += v;
+        *out.entry(key).or_default() += value(line);
     }
     out
 }

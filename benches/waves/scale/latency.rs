@@ -162,13 +162,7 @@ fn durations(text: &str) -> BTreeMap<String, f64> {
         if matches!(verb.as_str(), "WATCH" | "CONNECT") {
             continue;
         }
-        let le = label(line, "le");
-        let v: f64 = line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        *out.entry(le).or_insert(0.0) += v;
+        *out.entry(label(line, "le")).or_insert(0.0) += value(line);
     }
     out
 }
@@ -364,7 +358,7 @@ pub(super) async fn latency(system: &str, n: usize) -> Result<Latency, String> {
         t.lines()
             .filter(|l| l.starts_with("apiserver_request_total{"))
             .filter(|l| !matches!(label(l, "verb").as_str(), "WATCH" | "CONNECT"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(value)
             .sum::<f64>()
     };
     let mut restarted = start_logged(system, &kc, &format!("{system}-restart"))?;
@@ -427,36 +421,7 @@ fn print_minute(
         );
         let _ = std::fs::write(logs.join(format!("{system}-minute-{when}-own.prom")), own);
     }
-    let sums = |text: &str| {
-        let mut out: BTreeMap<(String, String, String), (f64, f64)> = BTreeMap::new();
-        for line in text.lines() {
-            let (is_sum, is_count) = (
-                line.starts_with("apiserver_request_duration_seconds_sum{"),
-                line.starts_with("apiserver_request_duration_seconds_count{"),
-            );
-            if !(is_sum || is_count) {
-                continue;
-            }
-            let key = (
-                label(line, "resource"),
-                label(line, "subresource"),
-                label(line, "verb"),
-            );
-            let v: f64 = line
-                .rsplit(' ')
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0.0);
-            let e = out.entry(key).or_default();
-            if is_sum {
-                e.1 += v;
-            } else {
-                e.0 += v;
-            }
-        }
-        out
-    };
-    let (a, b) = (sums(&before.0), sums(&after.0));
+    let (a, b) = (request_time(&before.0), request_time(&after.0));
     let mut rows: Vec<_> = b
         .iter()
         .filter(|((_, _, verb), _)| !matches!(verb.as_str(), "WATCH" | "CONNECT"))
