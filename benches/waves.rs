@@ -92,6 +92,37 @@ fn cluster_dir() -> PathBuf {
     Path::new(ROOT).join("target/bench/cluster")
 }
 
+/// The controller-manager's flags beyond the cluster's own: its clients unthrottled and
+/// 32 workers for Deployments and ReplicaSets, then `RULEOP_BENCH_KCM_ARGS` (say,
+/// `--feature-gates=StaleControllerConsistencyReplicaSet=false`).
+fn kcm_args() -> String {
+    let extra = std::env::var("RULEOP_BENCH_KCM_ARGS").unwrap_or_default();
+    format!(
+        "--kube-api-qps=1000 --kube-api-burst=2000 --concurrent-deployment-syncs=32 --concurrent-replicaset-syncs=32 {extra}"
+    )
+}
+
+/// The controller-manager's /metrics (its port from the cluster's ports.env, the admin
+/// certificate); "" when it cannot be read.
+fn kcm_metrics() -> String {
+    let dir = cluster_dir();
+    let ports = std::fs::read_to_string(dir.join("ports.env")).unwrap_or_default();
+    let Some(port) = ports.lines().find_map(|l| l.strip_prefix("KCM_PORT=")) else {
+        return String::new();
+    };
+    let pki = dir.join("pki");
+    let path = |f: &str| pki.join(f).to_string_lossy().into_owned();
+    sh(Command::new("curl").args([
+        "-sfk",
+        "--cert",
+        &path("admin.crt"),
+        "--key",
+        &path("admin.key"),
+        &format!("https://127.0.0.1:{port}/metrics"),
+    ]))
+    .unwrap_or_default()
+}
+
 /// A fresh etcd + API server. The WebSite CRD comes from deploy/crds, except for kro,
 /// which generates its own from the ResourceGraphDefinition (installed once kro runs).
 fn fresh_cluster(system: &str) -> Result<String, String> {
@@ -109,10 +140,7 @@ fn fresh_cluster_with(system: &str, minimal: bool) -> Result<String, String> {
         .env("RULEOP_MINIMAL", if minimal { "1" } else { "0" })
         // The control plane's own clients unthrottled, so that the time from a WebSite to
         // a ready pod is not the controller-manager's rate limit (20/s by default).
-        .env(
-            "RULEOP_KCM_EXTRA_ARGS",
-            "--kube-api-qps=1000 --kube-api-burst=2000 --concurrent-deployment-syncs=32 --concurrent-replicaset-syncs=32",
-        )
+        .env("RULEOP_KCM_EXTRA_ARGS", kcm_args())
         .env(
             "RULEOP_SCHEDULER_EXTRA_ARGS",
             "--kube-api-qps=1000 --kube-api-burst=2000",

@@ -293,6 +293,7 @@ pub(super) async fn latency(system: &str, n: usize) -> Result<Latency, String> {
     settle(&c).await;
     // Then one more every 100 ms for a minute.
     let minute_before = (api_metrics(&c).await, admin_metrics());
+    let kcm_before = kcm_metrics();
     let window = Instant::now();
     let mut created_at = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -328,6 +329,7 @@ pub(super) async fn latency(system: &str, n: usize) -> Result<Latency, String> {
     waits.sort_by(f64::total_cmp);
     let minute_after = (api_metrics(&c).await, admin_metrics());
     print_minute(system, window.elapsed(), &minute_before, &minute_after);
+    print_controller_manager(system, &kcm_before, &kcm_metrics());
     let (to_deployment, deployment_to_ready, ready_to_status) = {
         let (d, r) = (deployments.lock().unwrap(), first_ready.lock().unwrap());
         print_slowest(&created_at, &d, &r);
@@ -441,6 +443,52 @@ fn print_minute(
             "    {verb:<7} {resource}{}{sub}: {n:.0}, {:.3}, {t:.1}",
             if sub.is_empty() { "" } else { "/" },
             t / n
+        );
+    }
+}
+
+/// Over the same window, the controller-manager's Deployment and ReplicaSet work queues
+/// (items added, retries, mean wait in the queue) and the ReplicaSet syncs it skipped
+/// because its cache was older than its own last write (requeued through the queue's
+/// rate limit; Kubernetes 1.36's StaleControllerConsistencyReplicaSet); both readings are
+/// kept in target/bench/logs.
+fn print_controller_manager(system: &str, before: &str, after: &str) {
+    let logs = Path::new(ROOT).join("target/bench/logs");
+    for (when, text) in [("before", before), ("after", after)] {
+        let _ = std::fs::write(logs.join(format!("{system}-minute-{when}-kcm.prom")), text);
+    }
+    if after.is_empty() {
+        eprintln!("  {system}: the controller-manager's metrics could not be read");
+        return;
+    }
+    // The change over the window of the metric lines that start with `prefix`.
+    let delta = |prefix: &str| {
+        let sum = |t: &str| {
+            t.lines()
+                .filter(|l| l.starts_with(prefix))
+                .map(value)
+                .sum::<f64>()
+        };
+        sum(after) - sum(before)
+    };
+    eprintln!("  {system}: the controller-manager over the same window:");
+    for queue in ["deployment", "replicaset"] {
+        let q = |metric: &str| delta(&format!("workqueue_{metric}{{name=\"{queue}\""));
+        let waits = q("queue_duration_seconds_count");
+        eprintln!(
+            "    queue {queue}: {:.0} added, {:.0} retries, {:.3} s mean wait in the queue",
+            q("adds_total"),
+            q("retries_total"),
+            q("queue_duration_seconds_sum") / waits.max(1.0)
+        );
+    }
+    for resource in ["replicasets", "pods"] {
+        let skips = delta(&format!(
+            "replicaset_controller_stale_sync_skips_total{{group=\"{}\",resource=\"{resource}\"}}",
+            if resource == "pods" { "" } else { "apps" }
+        ));
+        eprintln!(
+            "    ReplicaSet syncs skipped, its cache of {resource} behind its own write: {skips:.0}"
         );
     }
 }
