@@ -10,7 +10,9 @@
 //! than 2 writes per second, besides Leases and nodes), one more WebSite (replicas 1)
 //! every 100 ms for a minute, from create to ready (status.readyReplicas = 1 at the
 //! current generation and, for ruleop, `Ready=True`; `RULEOP_BENCH_LATENCY=only` runs
-//! this part alone, `=0` skips it, `RULEOP_BENCH_LATENCY_SYSTEMS` names the systems); and
+//! this part alone, `=0` skips it, `RULEOP_BENCH_LATENCY_SYSTEMS` names the systems, `floor`
+//! among them: the bench client makes the children and the status itself, see
+//! `latency::floor_until_ready`); and
 //! the API server's own request latency
 //! (p99 of apiserver_request_duration_seconds, long-running requests excluded) over the
 //! minute after the system restarts with all of them in place (its resync).
