@@ -482,7 +482,8 @@ async fn keep_goroutines(c: Client, system: String) {
 
 /// Over the latency minute and the wait for its creates to be ready (`window`): the API
 /// server's requests by resource and verb (count, mean and total seconds, the busiest
-/// first), from its request-duration histogram; both readings (the API server's and, for
+/// first), from its request-duration histogram, how long its ClusterIP allocator's lock
+/// was held and its CPU seconds; both readings (the API server's and, for
 /// ruleop, its own /metrics) are kept in target/bench/logs.
 fn print_minute(
     system: &str,
@@ -520,6 +521,29 @@ fn print_minute(
             t / n
         );
     }
+    // The ClusterIP allocator's own histogram times the work under its lock.
+    let sum = |t: &str, suffix: &str| {
+        t.lines()
+            .filter(|l| {
+                l.starts_with(&format!(
+                    "kube_apiserver_clusterip_allocator_allocation_duration_seconds_{suffix}{{"
+                ))
+            })
+            .map(value)
+            .sum::<f64>()
+    };
+    let held = sum(&after.0, "sum") - sum(&before.0, "sum");
+    let allocations = sum(&after.0, "count") - sum(&before.0, "count");
+    let cpu = |t: &str| {
+        t.lines()
+            .find(|l| l.starts_with("process_cpu_seconds_total "))
+            .map_or(0.0, value)
+    };
+    eprintln!(
+        "    ClusterIP allocations: {allocations:.0}, the lock held {held:.1} s ({:.0} ms each); the API server's CPU {:.1} s",
+        1000.0 * held / allocations.max(1.0),
+        cpu(&after.0) - cpu(&before.0)
+    );
 }
 
 /// Over the same window, the controller-manager's Deployment and ReplicaSet work queues
