@@ -19,7 +19,9 @@
 //! target/bench/logs/), RULEOP_BENCH_DEBUG=1 (writes per
 //! resource), RULEOP_BENCH_PROFILE=SECONDS (a pprof CPU profile of the API server and a
 //! `perf` profile of ruleop over the create wave, in target/bench/profiles/; CPU seconds of
-//! each process, the API server's time per verb and resource, ruleop's own counters).
+//! each process, the API server's time per verb and resource, ruleop's own counters),
+//! RULEOP_BENCH_KCM_ARGS (more controller-manager flags, for the latency runs: the only
+//! ones with a controller-manager).
 //! Profiling costs CPU on the same cores: its timings are not comparable with a plain run.
 
 use futures::{StreamExt, stream};
