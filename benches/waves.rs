@@ -285,6 +285,14 @@ fn value(line: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The sum of the values of the lines of Prometheus text that start with `prefix`.
+fn total(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(value)
+        .sum()
+}
+
 /// The API server's requests by (resource, subresource, verb): how many, and the seconds
 /// they took in all (its request-duration histogram's `_count` and `_sum`).
 fn request_time(text: &str) -> BTreeMap<(String, String, String), (f64, f64)> {

@@ -358,26 +358,49 @@ pub(super) async fn latency(system: &str, n: usize) -> Result<Latency, String> {
         )
     };
     deployment_watch.abort();
-    if floor {
-        watch.abort();
-        let _ = sh(Command::new(format!("{ROOT}/tests/cluster/down.sh"))
-            .env("RULEOP_CLUSTER_DIR", cluster_dir()));
-        // No process to restart: no resync figures.
-        return Ok(Latency {
-            to_deployment,
-            deployment_to_ready,
-            ready_to_status,
-            ..figures(system, n, created_at.len(), waits)
-        });
-    }
-    // The resync: the system restarts with everything in place (a WebSite may be ready
-    // while its Service is still being created: the system finishes first).
-    settle(&c).await;
-    if let Some(mut p) = proc_.take() {
+    // The floor has no process to restart: no resync figures.
+    let resync = if floor {
+        None
+    } else {
+        Some(resync(system, &c, &kc, proc_.take()).await?)
+    };
+    watch.abort();
+    let _ = sh(Command::new(format!("{ROOT}/tests/cluster/down.sh"))
+        .env("RULEOP_CLUSTER_DIR", cluster_dir()));
+    // Missing ones (never ready) count as slower than any: p99 then says so.
+    let created = created_at.len();
+    let ready_count = waits.len();
+    waits.resize(created, f64::INFINITY);
+    Ok(Latency {
+        system: system.into(),
+        background: n,
+        created,
+        ready: ready_count,
+        p50_seconds: quantile(&waits, 0.50),
+        p99_seconds: quantile(&waits, 0.99),
+        resync_api_p99_seconds: resync.and_then(|(p99, _)| p99),
+        resync_requests: resync.map(|(_, requests)| requests),
+        to_deployment,
+        deployment_to_ready,
+        ready_to_status,
+    })
+}
+
+/// The resync: the system restarts with everything in place (a WebSite may be ready
+/// while its Service is still being created: the system finishes first). The API
+/// server's p99 over the minute after, and the requests it served from every client.
+async fn resync(
+    system: &str,
+    c: &Client,
+    kc: &str,
+    running: Option<Child>,
+) -> Result<(Option<f64>, f64), String> {
+    settle(c).await;
+    if let Some(mut p) = running {
         let _ = p.kill();
         let _ = p.wait();
     }
-    let before = api_metrics(&c).await;
+    let before = api_metrics(c).await;
     let requests = |t: &str| {
         t.lines()
             .filter(|l| l.starts_with("apiserver_request_total{"))
@@ -385,45 +408,15 @@ pub(super) async fn latency(system: &str, n: usize) -> Result<Latency, String> {
             .map(value)
             .sum::<f64>()
     };
-    let mut restarted = start_logged(system, &kc, &format!("{system}-restart"))?;
+    let mut restarted = start_logged(system, kc, &format!("{system}-restart"))?;
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let after = api_metrics(&c).await;
+    let after = api_metrics(c).await;
     let (p99, _) = p99_between(&durations(&before), &durations(&after));
     if let Some(p) = restarted.as_mut() {
         let _ = p.kill();
         let _ = p.wait();
     }
-    watch.abort();
-    let _ = sh(Command::new(format!("{ROOT}/tests/cluster/down.sh"))
-        .env("RULEOP_CLUSTER_DIR", cluster_dir()));
-    Ok(Latency {
-        resync_api_p99_seconds: p99,
-        resync_requests: Some(requests(&after) - requests(&before)),
-        to_deployment,
-        deployment_to_ready,
-        ready_to_status,
-        ..figures(system, n, created_at.len(), waits)
-    })
-}
-
-/// The totals of a latency run from the waits of the resources that became ready; the
-/// missing ones (never ready) count as slower than any, which p99 then says.
-fn figures(system: &str, n: usize, created: usize, mut waits: Vec<f64>) -> Latency {
-    let ready = waits.len();
-    waits.resize(created, f64::INFINITY);
-    Latency {
-        system: system.into(),
-        background: n,
-        created,
-        ready,
-        p50_seconds: quantile(&waits, 0.50),
-        p99_seconds: quantile(&waits, 0.99),
-        resync_api_p99_seconds: None,
-        resync_requests: None,
-        to_deployment: (None, None),
-        deployment_to_ready: (None, None),
-        ready_to_status: (None, None),
-    }
+    Ok((p99, requests(&after) - requests(&before)))
 }
 
 /// The floor's writes for a new WebSite (`floor_writes`: its two children and a first
@@ -529,27 +522,14 @@ fn print_minute(
         );
     }
     // The ClusterIP allocator's own histogram times the work under its lock.
-    let sum = |t: &str, suffix: &str| {
-        t.lines()
-            .filter(|l| {
-                l.starts_with(&format!(
-                    "kube_apiserver_clusterip_allocator_allocation_duration_seconds_{suffix}{{"
-                ))
-            })
-            .map(value)
-            .sum::<f64>()
-    };
-    let held = sum(&after.0, "sum") - sum(&before.0, "sum");
-    let allocations = sum(&after.0, "count") - sum(&before.0, "count");
-    let cpu = |t: &str| {
-        t.lines()
-            .find(|l| l.starts_with("process_cpu_seconds_total "))
-            .map_or(0.0, value)
-    };
+    let delta = |prefix: &str| total(&after.0, prefix) - total(&before.0, prefix);
+    let allocation = "kube_apiserver_clusterip_allocator_allocation_duration_seconds";
+    let held = delta(&format!("{allocation}_sum{{"));
+    let allocations = delta(&format!("{allocation}_count{{"));
     eprintln!(
         "    ClusterIP allocations: {allocations:.0}, the lock held {held:.1} s ({:.0} ms each); the API server's CPU {:.1} s",
         1000.0 * held / allocations.max(1.0),
-        cpu(&after.0) - cpu(&before.0)
+        delta("process_cpu_seconds_total ")
     );
 }
 
@@ -568,15 +548,7 @@ fn print_controller_manager(system: &str, before: &str, after: &str) {
         return;
     }
     // The change over the window of the metric lines that start with `prefix`.
-    let delta = |prefix: &str| {
-        let sum = |t: &str| {
-            t.lines()
-                .filter(|l| l.starts_with(prefix))
-                .map(value)
-                .sum::<f64>()
-        };
-        sum(after) - sum(before)
-    };
+    let delta = |prefix: &str| total(after, prefix) - total(before, prefix);
     eprintln!("  {system}: the controller-manager over the same window:");
     for queue in ["deployment", "replicaset"] {
         let q = |metric: &str| delta(&format!("workqueue_{metric}{{name=\"{queue}\""));
