@@ -50,6 +50,8 @@ pub struct Metrics {
     pub limiter_wait: Counter<f64, std::sync::atomic::AtomicU64>,
     /// Seconds requests spent waiting for a slot under `--max-in-flight`.
     pub in_flight_wait: Counter<f64, std::sync::atomic::AtomicU64>,
+    /// Requests in flight now that make resources converge (watches and Events aside).
+    pub requests_in_flight: Gauge,
 }
 
 impl Default for Metrics {
@@ -71,6 +73,12 @@ impl Default for Metrics {
         let client_requests = Counter::default();
         let limiter_wait = Counter::<f64, std::sync::atomic::AtomicU64>::default();
         let in_flight_wait = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+        let requests_in_flight = Gauge::default();
+        registry.register(
+            "client_requests_in_flight",
+            "Requests at the API server or waiting for their slot now, watches and Events aside (Events wait for a moment when this is 0)",
+            requests_in_flight.clone(),
+        );
         registry.register(
             "client_in_flight_wait_seconds",
             "Seconds the client's requests waited for a slot under --max-in-flight (summed over the requests)",
@@ -153,6 +161,7 @@ impl Default for Metrics {
             client_requests,
             limiter_wait,
             in_flight_wait,
+            requests_in_flight,
         }
     }
 }

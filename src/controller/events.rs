@@ -6,10 +6,12 @@
 //! reason, action, note and child) is folded into it instead of queued twice (the
 //! publisher then counts a repeat as a series, one write). Only beyond that capacity are Events dropped, and
 //! counted (`ruleop_events_dropped_total`). One publisher per rule sends one Event at a
-//! time, and all of them together at most `--event-qps` per second, so that when
-//! thousands of resources change at once their Events trail behind the writes that make
-//! them converge instead of competing with them.
+//! time, and all of them together at most `--event-qps` per second; and before each, it
+//! waits (at most [`QUIET_WAIT`]) for a moment when none of ruleop's other requests is in
+//! flight ([`super::busy`]). So when thousands of resources change at once their Events
+//! trail behind the writes that make them converge instead of competing with them.
 
+use super::busy::Busy;
 use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::Event;
@@ -18,7 +20,12 @@ use super::recorder::{Key, key};
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::Notify;
+
+/// The longest an Event waits for ruleop's converging requests to be answered: while they
+/// never stop (a burst of thousands of changes), Events go out one a second per rule.
+pub const QUIET_WAIT: Duration = Duration::from_secs(1);
 
 /// Distinct Events waiting to be published, per rule (room for every resource of a large
 /// kind to have one or two waiting: about 0.5 KiB each).
@@ -62,14 +69,20 @@ impl EventQueue {
         rule: String,
         fence: Arc<super::leader::Fence>,
         pace: Option<Arc<super::limiter::Pace>>,
+        quiet: Option<Arc<Busy>>,
     ) -> EventQueue {
         let recorder = Arc::new(recorder);
         Self::start_with(QUEUE_CAPACITY, metrics, rule, move |ev, reference| {
             let recorder = recorder.clone();
             let fence = fence.clone();
-            let pace = pace.clone();
+            let (pace, quiet) = (pace.clone(), quiet.clone());
             async move {
-                // Events trail behind the writes that make resources converge.
+                // Events trail behind the writes that make resources converge: each waits
+                // for a moment with none of them in flight (at most QUIET_WAIT), then
+                // for its turn in the pace.
+                if let Some(q) = quiet {
+                    q.quiet_or(QUIET_WAIT).await;
+                }
                 if let Some(p) = pace {
                     p.wait().await;
                 }

@@ -22,6 +22,7 @@
 //! retries of a refused request included). The time requests waited for a slot is counted
 //! (`ruleop_client_in_flight_wait_seconds_total`).
 
+use super::busy::Busy;
 use crate::apply::Fence;
 use crate::metrics::Metrics;
 use std::collections::HashMap;
@@ -38,11 +39,13 @@ use tower::{BoxError, Layer, Service};
 #[error("not the leader any more: the write was not sent")]
 pub struct Fenced;
 
-/// The gate's state: the slots (if bounded), the fence, where it counts.
+/// The gate's state: the slots (if bounded), the fence, where it counts, and the count of
+/// converging requests in flight (all but watches and Events) that Events wait on.
 pub struct Gate {
     slots: Option<Slots>,
     fence: Arc<Fence>,
     metrics: Arc<Metrics>,
+    busy: Arc<Busy>,
 }
 
 impl Gate {
@@ -53,8 +56,14 @@ impl Gate {
         Arc::new(Gate {
             slots,
             fence,
+            busy: Arc::new(Busy::with_gauge(metrics.requests_in_flight.clone())),
             metrics,
         })
+    }
+
+    /// The converging requests in flight through this gate.
+    pub fn busy(&self) -> Arc<Busy> {
+        self.busy.clone()
     }
 }
 
@@ -143,6 +152,11 @@ fn long_running<B>(req: &http::Request<B>) -> bool {
         .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
 }
 
+/// An Event (core or `events.k8s.io`): it does not make a resource converge.
+fn is_event(path: &str) -> bool {
+    matches!(kind_of(path).as_str(), "/events" | "events.k8s.io/events")
+}
+
 /// A request that changes something (what the fence guards).
 fn is_write<B>(req: &http::Request<B>) -> bool {
     !matches!(*req.method(), http::Method::GET | http::Method::HEAD)
@@ -170,11 +184,15 @@ where
         // do not).
         let kind =
             (self.gate.slots.is_some() && !long_running(&req)).then(|| kind_of(req.uri().path()));
+        // Counted from when it is asked (its wait for a slot included) until its answer.
+        let converging =
+            (!long_running(&req) && !is_event(req.uri().path())).then(|| self.gate.busy.enter());
         // The client's futures send nothing until polled: the request goes once it has
         // its turn, and not at all if the fence closed meanwhile.
         let answer = self.inner.call(req);
         let gate = self.gate.clone();
         Box::pin(async move {
+            let _converging = converging;
             let _slot = match (&gate.slots, kind) {
                 (Some(slots), Some(kind)) => {
                     let since = Instant::now();
@@ -321,6 +339,46 @@ mod tests {
         ] {
             assert_eq!(kind_of(path), kind, "{path}");
         }
+    }
+
+    #[tokio::test]
+    async fn converging_requests_are_busy_until_answered_and_events_and_watches_are_not() {
+        let gate = Gate::new(4, Fence::open(), Arc::new(Metrics::default()));
+        let busy = gate.busy();
+        let mut svc = GateLayer(gate).layer(Slow::default());
+        for path in [
+            "/apis/events.k8s.io/v1/namespaces/n/events",
+            "/apis/events.k8s.io/v1/namespaces/n/events/e",
+            "/api/v1/namespaces/n/events",
+            "/api/v1/namespaces/n/services?watch=true",
+        ] {
+            svc.ready().await.unwrap();
+            let answer = svc.call(get(path));
+            assert_eq!(busy.in_flight(), 0, "{path} is not counted");
+            answer.await.unwrap();
+        }
+        svc.ready().await.unwrap();
+        let apply = svc.call(get("/apis/apps/v1/namespaces/n/deployments/d"));
+        svc.ready().await.unwrap();
+        let status = svc.call(get("/apis/g/v1/namespaces/n/sites/s/status"));
+        assert_eq!(busy.in_flight(), 2, "counted from when asked");
+        let quiet = {
+            let busy = busy.clone();
+            tokio::spawn(async move { busy.quiet_or(Duration::from_secs(10)).await })
+        };
+        apply.await.unwrap();
+        assert_eq!(busy.in_flight(), 1);
+        assert!(!quiet.is_finished(), "one is still in flight");
+        status.await.unwrap();
+        assert_eq!(busy.in_flight(), 0);
+        tokio::time::timeout(Duration::from_secs(2), quiet)
+            .await
+            .expect("quiet once both were answered")
+            .unwrap();
+        // A request given up before its answer is not counted any more.
+        svc.ready().await.unwrap();
+        drop(svc.call(get("/api/v1/namespaces/n/services/s")));
+        assert_eq!(busy.in_flight(), 0);
     }
 
     #[tokio::test]

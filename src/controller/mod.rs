@@ -2,6 +2,7 @@
 //! campaigns for the leader Lease, runs one controller per rule while leading, reloads
 //! the rules when their files change, and shuts down gracefully on SIGTERM/SIGINT.
 
+pub mod busy;
 pub mod cached;
 pub mod children;
 pub mod crds;
@@ -279,13 +280,11 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         Election::start(election_client.clone(), cfg.clone())
     });
     let fence = election.as_ref().map_or_else(Fence::open, Election::fence);
+    let gate = in_flight::Gate::new(args.max_in_flight, fence.clone(), metrics.clone());
+    let busy = gate.busy();
     let guard = Guard {
         limiter: limiter::Limiter::new(args.qps, args.burst, metrics.clone()),
-        gate: Some(in_flight::Gate::new(
-            args.max_in_flight,
-            fence.clone(),
-            metrics.clone(),
-        )),
+        gate: Some(gate),
     };
     let client = client(args.watch_timeout_seconds, &me, guard).await?;
     let opts = Options {
@@ -304,6 +303,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         state_namespace: args.lease_namespace.clone(),
         install_crds: args.install_crds,
         event_pace: limiter::Pace::new(args.event_qps, 100),
+        event_quiet: Some(busy),
     };
     let mut sup = Supervisor::new(client.clone(), opts, metrics.clone(), health.clone());
     sup.set_desired(initial);

@@ -48,6 +48,9 @@ pub struct Options {
     pub install_crds: bool,
     /// Paces the publishing of Events (all rules share it); None: unpaced.
     pub event_pace: Option<Arc<super::limiter::Pace>>,
+    /// ruleop's converging requests in flight: an Event waits (at most a second) for a
+    /// moment with none before it is published. None: Events do not wait.
+    pub event_quiet: Option<Arc<super::busy::Busy>>,
 }
 
 /// How long a stopping rule waits for its in-flight reconciles.
@@ -343,6 +346,7 @@ async fn run(
             rule.name.clone(),
             opts.fence.clone(),
             opts.event_pace.clone(),
+            opts.event_quiet.clone(),
         ),
         fence: opts.fence.clone(),
         synced: synced.clone(),

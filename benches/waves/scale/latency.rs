@@ -434,7 +434,7 @@ async fn floor_children(c: &Client, site: &DynamicObject) {
     });
     let cr = serde_json::to_value(site).unwrap_or_default();
     if let Some(rule) = rule {
-        floor_writes(c, rule, site, &cr, false).await;
+        floor_writes(c, rule, site, &cr, FloorKind::of("floor"), false).await;
     }
 }
 
