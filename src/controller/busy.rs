@@ -8,17 +8,15 @@
 
 use prometheus_client::metrics::gauge::Gauge;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::Notify;
 
-/// The count of converging requests in flight (waiting for their slot included), also
-/// shown as a gauge (`ruleop_client_requests_in_flight`).
+/// The count of converging requests in flight (waiting for their slot included), kept in
+/// the gauge that shows it (`ruleop_client_requests_in_flight`).
 #[derive(Default)]
 pub struct Busy {
-    in_flight: AtomicUsize,
+    in_flight: Gauge,
     idle: Notify,
-    gauge: Gauge,
 }
 
 /// One request in flight; the count goes down when it is dropped (answered, failed or
@@ -27,50 +25,45 @@ pub struct InFlight(Arc<Busy>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.gauge.dec();
-        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+        // `dec` gives the count before: 1 means this was the last one.
+        if self.0.in_flight.dec() == 1 {
             self.0.idle.notify_waiters();
         }
     }
 }
 
 impl Busy {
-    /// A count that also keeps `gauge` up to date.
+    /// A count kept in `gauge`.
     pub fn with_gauge(gauge: Gauge) -> Busy {
         Busy {
-            gauge,
-            ..Busy::default()
+            in_flight: gauge,
+            idle: Notify::new(),
         }
     }
 
     /// Counts a request until the returned guard is dropped.
     pub fn enter(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        self.gauge.inc();
+        self.in_flight.inc();
         InFlight(self.clone())
     }
 
     /// Requests in flight now.
     pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::SeqCst)
+        usize::try_from(self.in_flight.get()).unwrap_or(0)
     }
 
-    /// Returns once no request is in flight, or after `at_most` (so that a steady stream
-    /// of requests holds the waiter back at most that long).
+    /// Returns once no request is in flight (now, or the moment the last one is answered,
+    /// even if another starts right after), or after `at_most`: a steady stream of
+    /// requests holds the waiter back at most that long.
     pub async fn quiet_or(&self, at_most: Duration) {
-        let deadline = tokio::time::Instant::now() + at_most;
-        loop {
-            let notified = self.idle.notified();
-            let mut notified = std::pin::pin!(notified);
-            // Registered before the count is read: a drop to zero in between still wakes it.
-            notified.as_mut().enable();
-            if self.in_flight() == 0 {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return;
-            }
+        let notified = self.idle.notified();
+        let mut notified = std::pin::pin!(notified);
+        // Registered before the count is read: a drop to zero in between still wakes it.
+        notified.as_mut().enable();
+        if self.in_flight() == 0 {
+            return;
         }
+        let _ = tokio::time::timeout(at_most, notified).await;
     }
 }
 

@@ -6,9 +6,9 @@
 //! reason, action, note and child) is folded into it instead of queued twice (the
 //! publisher then counts a repeat as a series, one write). Only beyond that capacity are Events dropped, and
 //! counted (`ruleop_events_dropped_total`). One publisher per rule sends one Event at a
-//! time, and all of them together at most `--event-qps` per second; and before each, it
-//! waits (at most [`QUIET_WAIT`]) for a moment when none of ruleop's other requests is in
-//! flight ([`super::busy`]). So when thousands of resources change at once their Events
+//! time, and all of them together at most `--event-qps` per second; and before each (once
+//! it has its turn in that pace), it waits (at most [`QUIET_WAIT`]) for a moment when none
+//! of ruleop's other requests is in flight ([`super::busy`]). So when thousands of resources change at once their Events
 //! trail behind the writes that make them converge instead of competing with them.
 
 use super::busy::Busy;
@@ -78,13 +78,13 @@ impl EventQueue {
             let (pace, quiet) = (pace.clone(), quiet.clone());
             async move {
                 // Events trail behind the writes that make resources converge: each waits
-                // for a moment with none of them in flight (at most QUIET_WAIT), then
-                // for its turn in the pace.
-                if let Some(q) = quiet {
-                    q.quiet_or(QUIET_WAIT).await;
-                }
+                // for its turn in the pace, then for a moment with none of those writes
+                // in flight (at most QUIET_WAIT).
                 if let Some(p) = pace {
                     p.wait().await;
+                }
+                if let Some(q) = quiet {
+                    q.quiet_or(QUIET_WAIT).await;
                 }
                 if !fence.holds() {
                     return;

@@ -152,9 +152,10 @@ fn long_running<B>(req: &http::Request<B>) -> bool {
         .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
 }
 
-/// An Event (core or `events.k8s.io`): it does not make a resource converge.
-fn is_event(path: &str) -> bool {
-    matches!(kind_of(path).as_str(), "/events" | "events.k8s.io/events")
+/// Whether a request of `kind` (see [`kind_of`]) is about Events (core or
+/// `events.k8s.io`): they do not make a resource converge.
+fn is_event(kind: &str) -> bool {
+    matches!(kind, "/events" | "events.k8s.io/events")
 }
 
 /// A request that changes something (what the fence guards).
@@ -180,13 +181,15 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let write = is_write(&req);
-        // What it is about, when it will wait for a slot (watches and an unbounded gate
-        // do not).
-        let kind =
-            (self.gate.slots.is_some() && !long_running(&req)).then(|| kind_of(req.uri().path()));
+        // What it is about (watches aside: they hold no slot and are not counted).
+        let about = (!long_running(&req)).then(|| kind_of(req.uri().path()));
         // Counted from when it is asked (its wait for a slot included) until its answer.
-        let converging =
-            (!long_running(&req) && !is_event(req.uri().path())).then(|| self.gate.busy.enter());
+        let converging = about
+            .as_deref()
+            .filter(|k| !is_event(k))
+            .map(|_| self.gate.busy.enter());
+        // What it waits for a slot as (an unbounded gate has none to wait for).
+        let kind = about.filter(|_| self.gate.slots.is_some());
         // The client's futures send nothing until polled: the request goes once it has
         // its turn, and not at all if the fence closed meanwhile.
         let answer = self.inner.call(req);
@@ -343,13 +346,15 @@ mod tests {
 
     #[tokio::test]
     async fn converging_requests_are_busy_until_answered_and_events_and_watches_are_not() {
-        let gate = Gate::new(4, Fence::open(), Arc::new(Metrics::default()));
+        // One slot: the second of two requests waits for it, and is counted meanwhile.
+        let gate = Gate::new(1, Fence::open(), Arc::new(Metrics::default()));
         let busy = gate.busy();
         let mut svc = GateLayer(gate).layer(Slow::default());
         for path in [
             "/apis/events.k8s.io/v1/namespaces/n/events",
             "/apis/events.k8s.io/v1/namespaces/n/events/e",
             "/api/v1/namespaces/n/events",
+            "/api/v1/namespaces/n/events/e",
             "/api/v1/namespaces/n/services?watch=true",
         ] {
             svc.ready().await.unwrap();
@@ -361,13 +366,18 @@ mod tests {
         let apply = svc.call(get("/apis/apps/v1/namespaces/n/deployments/d"));
         svc.ready().await.unwrap();
         let status = svc.call(get("/apis/g/v1/namespaces/n/sites/s/status"));
-        assert_eq!(busy.in_flight(), 2, "counted from when asked");
+        assert_eq!(
+            busy.in_flight(),
+            2,
+            "counted from when asked, the one waiting too"
+        );
         let quiet = {
             let busy = busy.clone();
             tokio::spawn(async move { busy.quiet_or(Duration::from_secs(10)).await })
         };
         apply.await.unwrap();
         assert_eq!(busy.in_flight(), 1);
+        tokio::time::sleep(Duration::from_millis(5)).await;
         assert!(!quiet.is_finished(), "one is still in flight");
         status.await.unwrap();
         assert_eq!(busy.in_flight(), 0);
