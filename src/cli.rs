@@ -218,7 +218,7 @@ fn load_against_cluster(
         let (loaded, _) = rules::load_paths(paths);
         let unknown = unknown_child_kinds(&loaded);
         let served = crate::controller::openapi::schemas(&client, &unknown).await?;
-        rules::typed::use_crds(&[given, &served].concat());
+        crate::schema::typed::use_crds(&[given, &served].concat());
         let (loaded, mut errors) = rules::load_paths(paths);
         for rule in &loaded {
             let Some(crd) = &rule.crd else { continue };
@@ -241,8 +241,8 @@ fn unknown_child_kinds(loaded: &[Arc<CompiledRule>]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = loaded
         .iter()
         .flat_map(|r| r.children.iter())
-        .filter(|c| rules::typed::builtin(&c.api_version, &c.kind).is_none())
-        .filter(|c| rules::typed::from_crds(&c.api_version, &c.kind).is_none())
+        .filter(|c| crate::schema::typed::builtin(&c.api_version, &c.kind).is_none())
+        .filter(|c| crate::schema::typed::from_crds(&c.api_version, &c.kind).is_none())
         .map(|c| (c.api_version.clone(), c.kind.clone()))
         .collect();
     out.sort();
@@ -253,7 +253,7 @@ fn unknown_child_kinds(loaded: &[Arc<CompiledRule>]) -> Vec<(String, String)> {
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     // Children of the CRDs' kinds are checked against their schemas too.
     let crds = read_crds(&args.crd)?;
-    rules::typed::use_crds(&crds);
+    crate::schema::typed::use_crds(&crds);
     let (loaded, mut errors) = match args.against_cluster {
         true => load_against_cluster(&args.rules, &crds)?,
         false => rules::load_paths(&args.rules),
@@ -445,7 +445,7 @@ fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
     };
     let crds = read_crds(&args.crd)?;
     // With --strict, children of the CRDs' kinds are checked against their schemas too.
-    rules::typed::use_crds(&crds);
+    crate::schema::typed::use_crds(&crds);
     let mut failed = false;
     for cr in &crs {
         let rule = pick_rule(&loaded, args.rule.as_deref(), cr)?;
@@ -511,26 +511,27 @@ fn resource_ok(rule: &CompiledRule, cr: &Value, crds: &[Value]) -> bool {
     };
     let name = cr["metadata"]["name"].as_str().unwrap_or("?");
     let what = format!("resource `{name}` ({})", cr["kind"].as_str().unwrap_or("?"));
-    report_findings(&what, rules::typed::check_object(cr, schema))
+    report_findings(&what, crate::schema::typed::check_object(cr, schema))
 }
 
 /// Checks rendered objects against their kinds' schemas; prints what is wrong.
 fn strict_ok(children: &[Rendered]) -> bool {
     let mut ok = true;
     for c in children {
-        let from_crd = rules::typed::from_crds(&c.api_version, &c.kind);
-        let Some(schema) = rules::typed::builtin(&c.api_version, &c.kind).or(from_crd.as_ref())
+        let from_crd = crate::schema::typed::from_crds(&c.api_version, &c.kind);
+        let Some(schema) =
+            crate::schema::typed::builtin(&c.api_version, &c.kind).or(from_crd.as_ref())
         else {
             continue;
         };
         let what = format!("child `{}` ({} {})", c.instance(), c.kind, c.name);
-        ok &= report_findings(&what, rules::typed::check_object(&c.object, schema));
+        ok &= report_findings(&what, crate::schema::typed::check_object(&c.object, schema));
     }
     ok
 }
 
 /// Prints each finding about `what`; whether there were none.
-fn report_findings(what: &str, findings: Vec<rules::typed::Finding>) -> bool {
+fn report_findings(what: &str, findings: Vec<crate::schema::typed::Finding>) -> bool {
     for f in &findings {
         let field = if f.field.is_empty() {
             "object"

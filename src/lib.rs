@@ -13,4 +13,6 @@ pub mod metrics;
 pub mod rbac;
 pub mod render;
 pub mod rules;
+pub mod schema;
 pub mod status;
+pub mod suggest;

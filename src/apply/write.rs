@@ -2,7 +2,10 @@
 //! apply only to the object judged ours (uid-guarded), adopt as the policy allows (moving
 //! the previous managers' fields first), and report anything else as not owned.
 
-use super::{AdoptPolicy, ApplyError, Fence, Refusal, Verdict, adopt, judge};
+use super::adopt;
+use super::error::{ApplyError, Refusal};
+use super::fence::Fence;
+use super::ownership::{AdoptPolicy, Verdict, judge};
 use crate::render::{FIELD_MANAGER, Rendered};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::Value;

@@ -6,7 +6,7 @@
 use super::leader::Fence;
 use crate::render::FIELD_MANAGER;
 use crate::rules::CompiledRule;
-use crate::rules::evolve::{Breaking, breaking_changes};
+use crate::schema::evolve::{Breaking, breaking_changes};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::ApiResource;

@@ -189,7 +189,7 @@ async fn distinct_kinds<'a>(
             Some(i) => i,
             None => {
                 let what = format!("{api_version} {kind}");
-                let (group, version) = crate::rules::kinds::group_version(api_version);
+                let (group, version) = crate::schema::kinds::group_version(api_version);
                 let r = wait_for(&what, opts.discovery_retry, stop, || {
                     discovery::child(client, group, version, kind)
                 })

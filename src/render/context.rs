@@ -1,7 +1,7 @@
 //! What templates see for one custom resource: its name, namespace, metadata, `spec`
 //! with the rule's defaults merged under it, and the standard labels.
 
-use super::RenderError;
+use super::model::RenderError;
 use crate::rules::CompiledRule;
 use serde_json::{Map, Value, json};
 

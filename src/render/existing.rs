@@ -2,8 +2,9 @@
 //! labels), evaluated from the rule's templates. Finding them is the caller's (the cache
 //! in the cluster, files offline); [`super::Scope::with_existing`] takes what was found.
 
+use super::context::Scope;
+use super::model::RenderError;
 use super::object::eval_value;
-use super::{RenderError, Scope};
 use crate::rules::{CompiledRule, Find};
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -3,10 +3,11 @@
 //! there yet (another child not made or not ready, a live field not filled in, an
 //! existing object missing) waits, and says what for; the children that read it wait too.
 
+use super::context::Scope;
+use super::model::{Item, RenderError, Rendered, check_distinct};
 use super::object::{item_context, items_of, render_child};
-use super::{Item, RenderError, Rendered, Scope, check_distinct};
+use super::readiness;
 use crate::rules::{CompiledChild, CompiledRule};
-use crate::status::readiness;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 

@@ -1,9 +1,9 @@
 //! One object of a child: its template evaluated node by node, then what ruleop adds
 //! (namespace, labels, ownerReference, hash annotation).
 
-use super::{
-    CHILD_LABEL, HASH_ANNOTATION, Item, RULE_LABEL, RenderError, Rendered, Scope, normalize,
-};
+use super::context::Scope;
+use super::model::{CHILD_LABEL, HASH_ANNOTATION, Item, RULE_LABEL, RenderError, Rendered};
+use super::normalize::normalize;
 use crate::rules::compile::jinja_reason;
 use crate::rules::program::ExprRef;
 use crate::rules::{CompiledChild, CompiledRule, Key, Node};

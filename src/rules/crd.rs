@@ -4,8 +4,9 @@
 //! defaults are applied to a custom resource before it is rendered, as the API server
 //! would. Pure.
 
-use super::compile::{CompiledRule, Node, edit_distance};
+use super::compile::{CompiledRule, Node};
 use super::error::{LoadError, Location, RuleProblem};
+use crate::suggest::edit_distance;
 use serde_json::{Map, Value};
 
 /// The `openAPIV3Schema` of the CRD among `crds` that serves the rule's watched resource.

@@ -297,7 +297,7 @@ pub fn closest(name: &str, test: bool) -> Option<&'static str> {
     };
     known
         .into_iter()
-        .map(|k| (super::compile::edit_distance(k, name), k))
+        .map(|k| (crate::suggest::edit_distance(k, name), k))
         .filter(|(d, _)| *d <= 2)
         .min()
         .map(|(_, k)| k)
@@ -307,8 +307,13 @@ pub fn closest(name: &str, test: bool) -> Option<&'static str> {
 mod tests {
     use super::*;
 
+    /// minijinja as rules use it: no escaping, undefined values an error, these helpers.
     fn env() -> Environment<'static> {
-        super::super::program::environment()
+        let mut env = Environment::new();
+        env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::SemiStrict);
+        add_to(&mut env);
+        env
     }
 
     fn eval(expr: &str, ctx: serde_json::Value) -> JinjaValue {

@@ -5,17 +5,13 @@ pub mod book;
 pub mod compile;
 pub mod crd;
 pub mod error;
-pub mod evolve;
 pub mod graph;
 pub mod helpers;
 pub mod keep;
-pub mod kinds;
 pub mod lines;
 pub mod load;
 pub mod program;
-pub mod schema;
 pub mod spec;
-pub mod typed;
 
 pub use compile::{
     CompiledChild, CompiledExisting, CompiledField, CompiledRule, Each, FieldSource, Find, Key,

@@ -7,13 +7,13 @@
 //! other fields: each is reported, and the field takes its default or is left out.
 
 mod conditions;
-pub mod readiness;
+
 mod schema;
 
 pub use conditions::{Condition, merge_conditions};
 pub use schema::StatusSchema;
 
-use crate::render::{Plan, Scope};
+use crate::render::{Plan, Scope, readiness};
 use crate::rules::compile::jinja_reason;
 use crate::rules::{CompiledChild, CompiledRule, FieldSource, FieldType, Source};
 use jsonpath_rust::query::js_path_process;

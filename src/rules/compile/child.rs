@@ -1,88 +1,19 @@
 //! The children of a rule: each child's template, collection and conditions, and the
 //! existing objects it reads (how they refer to each other: [`mod@super::link`]).
 
-use super::{
-    CHILD_VARIABLES, CompiledChild, CompiledExisting, Compiler, Each, Find, INDEX_VARIABLE,
-    NO_EXTRA, Node, READY_VARIABLES, Scalar, TEMPLATE_VARIABLES, classify, edit_distance,
+use super::compiler::{
+    CHILD_VARIABLES, Compiler, INDEX_VARIABLE, NO_EXTRA, READY_VARIABLES, Scalar, classify,
     is_identifier, is_label_value,
 };
+use super::model::{CompiledChild, CompiledExisting, Each, Find};
+use super::template::bare;
 use crate::rules::graph::Reads;
-use crate::rules::kinds::{check_builtin_kind, group_version, known_cluster_scoped};
 use crate::rules::spec::{ChildSpec, ExistingSpec, RuleSpec};
-use crate::rules::typed::{self, Shape};
+use crate::schema::kinds::{check_builtin_kind, group_version, known_cluster_scoped};
+use crate::schema::typed::{self, Shape};
+use crate::suggest::edit_distance;
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::sync::Arc;
-
-/// A list entry that repeats: `{forEach: <list>, as: <name>, item: <entry>}`.
-pub(super) struct Repetition<'a> {
-    over: &'a str,
-    var: Option<&'a str>,
-    item: &'a Value,
-}
-
-/// Whether a list entry is a repetition: a mapping of `forEach` (a string), `item`, and
-/// optionally `as`, and nothing else.
-pub(super) fn repetition(v: &Value) -> Option<Repetition<'_>> {
-    let m = v.as_object()?;
-    let keys_ok = m
-        .keys()
-        .all(|k| matches!(k.as_str(), "forEach" | "as" | "item"));
-    if !keys_ok {
-        return None;
-    }
-    Some(Repetition {
-        over: m.get("forEach")?.as_str()?,
-        var: m.get("as").and_then(Value::as_str),
-        item: m.get("item")?,
-    })
-}
-
-/// `forEach` is an expression, like `when`; `"{{ spec.ports }}"` is taken as `spec.ports`.
-fn bare(src: &str) -> &str {
-    match classify(src) {
-        Scalar::Expr(inner) => inner,
-        _ => src,
-    }
-}
-
-impl Compiler<'_> {
-    /// The item variable of a repetition: `as`, or `item`.
-    fn item_variable(&mut self, path: &str, child: &str, given: Option<&str>) -> Arc<str> {
-        let var = given.unwrap_or("item");
-        let taken = TEMPLATE_VARIABLES.contains(&var)
-            || CHILD_VARIABLES.contains(&var)
-            || READY_VARIABLES.contains(&var)
-            || var == INDEX_VARIABLE
-            || self.scope_vars.iter().any(|v| v == var);
-        if !is_identifier(var) || taken {
-            self.error(
-                path,
-                Some(child),
-                format!("`as: {var}` cannot name the item: it is not an identifier, or another variable has that name"),
-                "pick another name, e.g. `as: port`",
-            );
-        }
-        var.into()
-    }
-
-    /// Compiles a repeated list entry.
-    pub(super) fn each(&mut self, rep: Repetition<'_>, path: &str, child: &str) -> Node {
-        let var = self.item_variable(&format!("{path}.as"), child, rep.var);
-        let over = self.expr(
-            &format!("{path}.forEach"),
-            Some(child),
-            bare(rep.over),
-            NO_EXTRA,
-        );
-        let outer = self.scope_vars.len();
-        self.scope_vars.push(var.to_string());
-        self.scope_vars.push(INDEX_VARIABLE.into());
-        let item = self.node(rep.item, &format!("{path}.item"), child);
-        self.scope_vars.truncate(outer);
-        Node::Each(Box::new((Each { over, var }, item)))
-    }
-}
 
 /// Refuses an unknown or cluster-scoped built-in kind.
 fn check_kind(c: &mut Compiler<'_>, path: &str, id: &str, api_version: &str, kind: &str) {

@@ -1,7 +1,8 @@
 //! The status fields of a rule: each filled from a JSONPath into the resource or one of
 //! its children, or from an expression; ids, names and sources checked.
 
-use super::{CompiledField, Compiler, FieldSource, STATUS_VARIABLES, Source, is_identifier};
+use super::compiler::{Compiler, STATUS_VARIABLES, is_identifier};
+use super::model::{CompiledField, FieldSource, Source};
 use crate::rules::spec::RuleSpec;
 
 /// The rule's status fields, compiled; `ids` are the rule's child ids.

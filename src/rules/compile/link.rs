@@ -2,10 +2,12 @@
 //! reference found and resolved to an id, `after` resolved, and the children ordered (see
 //! [`crate::rules::graph`]); unknown ids and cycles are errors.
 
-use super::{CompiledChild, CompiledExisting, Compiler, INDEX_VARIABLE, edit_distance};
+use super::compiler::{Compiler, INDEX_VARIABLE};
+use super::model::{CompiledChild, CompiledExisting};
 use crate::rules::graph::{self, Reference};
 use crate::rules::program::Program;
 use crate::rules::spec::RuleSpec;
+use crate::suggest::edit_distance;
 use std::collections::BTreeSet;
 
 /// The index of the child an expression at `at` belongs to (`children[3].template...`).

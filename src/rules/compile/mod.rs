@@ -2,278 +2,37 @@
 //! compiled once, every reference checked, every problem reported with its line.
 //! Pure: no cluster is needed, so `ruleop check` runs anywhere.
 
-use super::error::{LoadError, Location, RuleProblem};
+use super::error::LoadError;
 use super::helpers;
 use super::lines::LineIndex;
-use super::program::{self, ExprRef, Program, TextRef};
+use super::program::{self, Program};
 use super::spec::{RuleSpec, WatchSpec};
+use crate::schema::crd::{KindSpec, StatusLine};
+use crate::suggest::edit_distance;
 mod child;
+mod compiler;
 mod fields;
 mod link;
 mod model;
+#[cfg(test)]
+mod schema_tests;
+mod template;
 
+pub use compiler::{
+    CHILD_VARIABLES, INDEX_VARIABLE, READY_VARIABLES, STATUS_VARIABLES, TEMPLATE_VARIABLES,
+    jinja_reason,
+};
 pub use model::*;
 
-use child::{check_same_names, compile_child, compile_existing, repetition};
+use compiler::{Compiler, GLOBALS, is_label_value};
+
+use child::{check_same_names, compile_child, compile_existing};
 use fields::compile_fields;
 use link::link;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::sync::Arc;
-
-/// Variables templates see (see README, "Template context").
-pub const TEMPLATE_VARIABLES: &[&str] = &[
-    "name",
-    "namespace",
-    "metadata",
-    "spec",
-    "labels",
-    "selectorLabels",
-    "rule",
-    "existing",
-];
-/// What a child's template, `when` and `forEach` see besides: the other children, as
-/// rendered and as they are in the cluster.
-pub const CHILD_VARIABLES: &[&str] = &["rendered", "observed"];
-/// Variables status expressions see in addition.
-pub const STATUS_VARIABLES: &[&str] = &["children", "status", "self"];
-/// What a child's `readyWhen` sees besides the template variables: the live child.
-pub const READY_VARIABLES: &[&str] = &["child"];
-/// The names of an existing object's expressions see the template variables only.
-const NO_EXTRA: &[&str] = &[];
-/// The variable of an item's position in a repetition.
-pub const INDEX_VARIABLE: &str = "index";
-/// Globals minijinja itself provides.
-const GLOBALS: &[&str] = &[
-    "range",
-    "dict",
-    "debug",
-    "namespace",
-    "loop",
-    "self",
-    "true",
-    "false",
-    "none",
-];
-
-/// A text template as compiled: its reference, its child, its source, and the variables
-/// it sees besides the template ones.
-type TextUse = (TextRef, Option<String>, Arc<str>, Vec<String>);
-
-/// Collects problems while compiling one rule.
-struct Compiler<'a> {
-    file: &'a Path,
-    lines: &'a LineIndex,
-    rule: String,
-    errors: Vec<LoadError>,
-    env: minijinja::Environment<'static>,
-    exprs: Vec<Arc<str>>,
-    expr_at: Vec<(Arc<str>, Option<String>)>,
-    texts: usize,
-    /// Each expression, its child, and the variables it sees besides the template ones.
-    expr_refs: Vec<(ExprRef, Option<String>, Vec<String>)>,
-    /// Each text template, its child, its source, and the variables it sees besides.
-    text_refs: Vec<TextUse>,
-    /// Variables every expression compiled now sees besides: the child's (`rendered`,
-    /// `observed`) and those of the repetitions it is inside.
-    scope_vars: Vec<String>,
-}
-
-impl Compiler<'_> {
-    fn at(&self, path: &str) -> Location {
-        Location {
-            file: self.file.to_path_buf(),
-            line: self.lines.line(path),
-        }
-    }
-
-    fn error(
-        &mut self,
-        path: &str,
-        child: Option<&str>,
-        problem: impl Into<String>,
-        fix: impl Into<String>,
-    ) {
-        self.errors.push(LoadError::Rule(Box::new(RuleProblem {
-            at: self.at(path),
-            rule: self.rule.clone(),
-            child: child.map(str::to_string),
-            problem: problem.into(),
-            fix: fix.into(),
-        })));
-    }
-
-    fn expr(&mut self, path: &str, child: Option<&str>, source: &str, extra: &[&str]) -> ExprRef {
-        let r = ExprRef {
-            index: self.exprs.len(),
-            at: path.into(),
-            line: self.lines.line(path),
-            source: source.into(),
-        };
-        self.exprs.push(source.into());
-        self.expr_at.push((path.into(), child.map(str::to_string)));
-        let mut vars: Vec<String> = extra.iter().map(|v| v.to_string()).collect();
-        vars.extend(self.scope_vars.iter().cloned());
-        self.expr_refs
-            .push((r.clone(), child.map(str::to_string), vars));
-        r
-    }
-
-    fn text(&mut self, path: &str, child: Option<&str>, source: &str) -> Option<TextRef> {
-        let name: Arc<str> = format!("t{}", self.texts).into();
-        self.texts += 1;
-        match self
-            .env
-            .add_template_owned(name.to_string(), source.to_string())
-        {
-            Ok(()) => {
-                let r = TextRef {
-                    name,
-                    at: path.into(),
-                    line: self.lines.line(path),
-                };
-                self.text_refs.push((
-                    r.clone(),
-                    child.map(str::to_string),
-                    source.into(),
-                    self.scope_vars.clone(),
-                ));
-                Some(r)
-            }
-            Err(e) => {
-                self.error(
-                    path,
-                    child,
-                    format!("template error in {source:?}: {}", jinja_reason(&e)),
-                    "fix the template syntax ({{ expr }}, {% if %}...{% endif %})",
-                );
-                None
-            }
-        }
-    }
-
-    /// Compiles a template node: each string scalar on its own.
-    fn node(&mut self, v: &Value, path: &str, child: &str) -> Node {
-        match v {
-            Value::String(s) => match classify(s) {
-                Scalar::Literal => Node::Literal(v.clone()),
-                Scalar::Expr(e) => Node::Expr(self.expr(path, Some(child), e, NO_EXTRA)),
-                Scalar::Text => match self.text(path, Some(child), s) {
-                    Some(t) => Node::Text(t),
-                    None => Node::Literal(Value::Null),
-                },
-            },
-            Value::Object(m) => Node::Map(
-                m.iter()
-                    .map(|(k, v)| {
-                        let p = if path.is_empty() {
-                            k.clone()
-                        } else {
-                            format!("{path}.{k}")
-                        };
-                        let key = match classify(k) {
-                            Scalar::Literal => Key::Literal(k.clone()),
-                            _ => match self.text(&p, Some(child), k) {
-                                Some(t) => Key::Text(t),
-                                None => Key::Literal(k.clone()),
-                            },
-                        };
-                        (key, self.node(v, &p, child))
-                    })
-                    .collect(),
-            ),
-            Value::Array(a) => Node::Seq(
-                a.iter()
-                    .enumerate()
-                    .map(|(i, v)| {
-                        let p = format!("{path}[{i}]");
-                        match repetition(v) {
-                            Some(rep) => self.each(rep, &p, child),
-                            None => self.node(v, &p, child),
-                        }
-                    })
-                    .collect(),
-            ),
-            other => Node::Literal(other.clone()),
-        }
-    }
-}
-
-/// How a string scalar of a template is treated.
-enum Scalar<'a> {
-    Literal,
-    /// A lone `{{ expr }}`; the expression text.
-    Expr(&'a str),
-    Text,
-}
-
-fn classify(s: &str) -> Scalar<'_> {
-    let has_syntax =
-        |t: &str| t.contains("{{") || t.contains("}}") || t.contains("{%") || t.contains("{#");
-    let t = s.trim();
-    if let Some(inner) = t.strip_prefix("{{").and_then(|r| r.strip_suffix("}}")) {
-        let inner = inner.trim_start_matches('-').trim_end_matches('-');
-        // Parsed, not scanned: `{{ {'x': {'y': 1}} }}` and `{{ "}}" }}` are one
-        // expression; `{{ a }}-{{ b }}` is not (its inside is no expression).
-        if !has_syntax(inner) || is_one_expression(inner) {
-            return Scalar::Expr(inner.trim());
-        }
-    }
-    if has_syntax(s) {
-        Scalar::Text
-    } else {
-        Scalar::Literal
-    }
-}
-
-/// Whether `inner` parses as a single expression.
-fn is_one_expression(inner: &str) -> bool {
-    thread_local! {
-        static PARSER: minijinja::Environment<'static> = minijinja::Environment::new();
-    }
-    PARSER.with(|env| env.compile_expression(inner).is_ok())
-}
-
-/// The first line of a minijinja error, without its debug dump.
-pub fn jinja_reason(e: &minijinja::Error) -> String {
-    let mut s = e.kind().to_string();
-    if let Some(d) = e.detail() {
-        s.push_str(": ");
-        s.push_str(d);
-    }
-    s
-}
-
-/// Levenshtein distance, for "did you mean" hints.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
-fn is_label_value(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-fn is_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
 
 /// Compiles one rule. `lines` is the line index of the document it came from.
 pub fn compile(
@@ -389,9 +148,26 @@ fn kind_schema(c: &mut Compiler<'_>, spec: &RuleSpec) -> (Option<Value>, Map<Str
             "give each default in the schema (`replicas: integer | default=2`) and remove `defaults:`",
         );
     }
-    match super::schema::crd(spec, s) {
+    let kind = KindSpec {
+        group: &spec.watch.group,
+        version: &spec.watch.version,
+        plural: &spec.watch.resource,
+        schema: s,
+        status: spec
+            .status
+            .fields
+            .iter()
+            .map(|f| StatusLine {
+                name: &f.name,
+                ty: f.ty,
+                schema: f.schema.as_deref(),
+                export: f.export,
+            })
+            .collect(),
+    };
+    match crate::schema::crd::crd(&kind) {
         Ok(crd) => {
-            let defaults = super::schema::defaults(
+            let defaults = crate::schema::fields::defaults(
                 &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"],
             );
             (Some(crd), defaults)
@@ -515,6 +291,7 @@ fn check_filters_and_tests(c: &mut Compiler<'_>) {
 
 #[cfg(test)]
 mod tests {
+    use super::compiler::{Scalar, classify, is_identifier};
     use super::*;
 
     #[test]

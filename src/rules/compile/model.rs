@@ -3,9 +3,9 @@
 
 use crate::rules::error::Location;
 use crate::rules::graph::Reads;
-use crate::rules::kinds::group_version;
 use crate::rules::program::{ExprRef, Program, TextRef};
 use crate::rules::spec::{DeletionPolicy, FieldType, WatchSpec};
+use crate::schema::kinds::group_version;
 use jsonpath_rust::parser::model::JpQuery;
 use serde_json::{Map, Value};
 use std::sync::Arc;

@@ -1,7 +1,8 @@
 //! Whether one child is ready: its `readyWhen` expression (with the live child as `child`),
 //! or a built-in check for the kinds whose readiness is well known. Pure.
 
-use crate::render::Scope;
+use super::context::Scope;
+use super::model::Item;
 use crate::rules::compile::jinja_reason;
 use crate::rules::{CompiledChild, CompiledRule};
 use serde_json::Value;
@@ -89,7 +90,7 @@ pub fn child_ready(
     child: &CompiledChild,
     scope: &Scope,
     live: &Value,
-    item: Option<&crate::render::Item>,
+    item: Option<&Item>,
 ) -> Result<(), String> {
     let Some(e) = &child.ready_when else {
         return builtin(&child.kind, live);

@@ -1,4 +1,5 @@
-//! The kind's schema, written in the rule (`schema:`), and the CRD made from it. Pure.
+//! The kind's fields, written one per line (`replicas: integer | default=2 minimum=1`),
+//! made into OpenAPI; their defaults and bounds. Pure.
 //!
 //! A field is one line: its type, then markers: `replicas: integer | default=2
 //! minimum=1`. Types: `string`, `integer`, `number`, `boolean`, `object` (any fields),
@@ -7,10 +8,7 @@
 //! Markers: `required=true`, `default=<YAML value>`, `enum=a,b,c`, `minimum=`,
 //! `maximum=`, `minLength=`, `maxLength=`, `minItems=`, `maxItems=`, `pattern=`,
 //! `format=`, `description=`, `nullable=true`; a value with spaces is quoted (`"..."`).
-//! The status schema comes from the rule's status fields, plus `observedGeneration` and
-//! `conditions`, which ruleop writes.
 
-use super::spec::{FieldType, RuleSpec, SchemaSpec};
 use serde_json::{Map, Value, json};
 
 /// A problem with one field of the schema: its dotted path and what is wrong.
@@ -21,7 +19,11 @@ pub struct SchemaProblem {
     pub fix: String,
 }
 
-fn problem(path: &str, problem: impl Into<String>, fix: impl Into<String>) -> SchemaProblem {
+pub(crate) fn problem(
+    path: &str,
+    problem: impl Into<String>,
+    fix: impl Into<String>,
+) -> SchemaProblem {
     SchemaProblem {
         path: path.to_string(),
         problem: problem.into(),
@@ -366,141 +368,6 @@ pub fn conditions(kind: &str) -> Value {
             }
         }
     })
-}
-
-/// The boilerplate every CRD's `apiVersion` and `kind` carry (as controller-gen writes it).
-fn type_meta() -> (Value, Value) {
-    (
-        json!({"description": "APIVersion defines the versioned schema of this representation of an object.\nServers should convert recognized schemas to the latest internal value, and\nmay reject unrecognized values.\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources", "type": "string"}),
-        json!({"description": "Kind is a string value representing the REST resource this object represents.\nServers may infer this from the endpoint the client submits requests to.\nCannot be updated.\nIn CamelCase.\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds", "type": "string"}),
-    )
-}
-
-/// The status schema: each exported status field (its `schema` line, or its type),
-/// `observedGeneration` and `conditions`.
-fn status_schema(rule: &RuleSpec, s: &SchemaSpec) -> Result<Value, Vec<SchemaProblem>> {
-    let mut props = Map::new();
-    let mut problems = Vec::new();
-    for (i, f) in rule
-        .status
-        .fields
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| f.export)
-    {
-        let at = format!("status.fields[{i}].schema");
-        let line = f.schema.clone().unwrap_or_else(|| f.ty.name().to_string());
-        match field(&line, &at) {
-            Ok((schema, _))
-                if schema["type"] != f.ty.name()
-                    && !(f.ty.name() == "number" && schema["type"] == "integer") =>
-            {
-                problems.push(problem(
-                    &at,
-                    format!(
-                        "the schema's type {} is not the field's type {}",
-                        schema["type"],
-                        f.ty.name()
-                    ),
-                    "make `schema` and `type` agree",
-                ));
-            }
-            Ok((schema, _)) => {
-                props.insert(f.name.clone(), schema);
-            }
-            Err(p) => problems.push(p),
-        }
-    }
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    props.insert("observedGeneration".into(), json!({"description": "ObservedGeneration is the generation the status was computed for", "format": "int64", "type": "integer"}));
-    props.insert("conditions".into(), conditions(&s.kind));
-    let mut out = json!({"type": "object", "properties": props});
-    if let Some(d) = &s.status_description {
-        out["description"] = json!(d);
-    }
-    Ok(out)
-}
-
-/// The printer columns: as declared, or one per exported scalar status field, and Age.
-fn columns(rule: &RuleSpec, s: &SchemaSpec) -> Vec<Value> {
-    if !s.printer_columns.is_empty() {
-        return s
-            .printer_columns
-            .iter()
-            .cloned()
-            .map(Value::Object)
-            .collect();
-    }
-    let mut out: Vec<Value> = rule
-        .status
-        .fields
-        .iter()
-        .filter(|f| f.export && !matches!(f.ty, FieldType::Object | FieldType::Array))
-        .map(|f| {
-            let mut name = f.name.clone();
-            if let Some(first) = name.get_mut(0..1) {
-                first.make_ascii_uppercase();
-            }
-            json!({"name": name, "type": f.ty.name(), "jsonPath": format!(".status.{}", f.name)})
-        })
-        .collect();
-    out.push(json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}));
-    out
-}
-
-/// The CRD of a rule's watched kind, from its `schema`.
-pub fn crd(rule: &RuleSpec, s: &SchemaSpec) -> Result<Value, Vec<SchemaProblem>> {
-    let w = &rule.watch;
-    let mut spec = object(&s.spec, "schema.spec")?;
-    if let Some(d) = &s.spec_description {
-        spec["description"] = json!(d);
-    }
-    if !s.validations.is_empty() {
-        spec["x-kubernetes-validations"] = json!(s.validations);
-    }
-    let status = status_schema(rule, s)?;
-    let (api_version, kind) = type_meta();
-    let mut root = json!({"type": "object", "properties": {
-        "apiVersion": api_version, "kind": kind, "metadata": {"type": "object"},
-        "spec": spec, "status": status,
-    }});
-    if let Some(d) = &s.description {
-        root["description"] = json!(d);
-    }
-    let mut subresources = json!({"status": {}});
-    if let Some(scale) = &s.scale {
-        subresources["scale"] = Value::Object(scale.clone());
-    }
-    let version = json!({
-        "name": w.version, "served": true, "storage": true,
-        "schema": {"openAPIV3Schema": root},
-        "subresources": subresources,
-        "additionalPrinterColumns": columns(rule, s),
-    });
-    let mut names = json!({
-        "kind": s.kind,
-        "listKind": s.list_kind.clone().unwrap_or_else(|| format!("{}List", s.kind)),
-        "plural": w.resource,
-        "singular": s.singular.clone().unwrap_or_else(|| s.kind.to_lowercase()),
-    });
-    if !s.short_names.is_empty() {
-        names["shortNames"] = json!(s.short_names);
-    }
-    if !s.categories.is_empty() {
-        names["categories"] = json!(s.categories);
-    }
-    let mut metadata = json!({"name": format!("{}.{}", w.resource, w.group)});
-    if !s.annotations.is_empty() {
-        metadata["annotations"] = Value::Object(s.annotations.clone());
-    }
-    Ok(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": metadata,
-        "spec": {"group": w.group, "names": names, "scope": "Namespaced", "versions": [version]},
-    }))
 }
 
 #[cfg(test)]

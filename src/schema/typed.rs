@@ -7,7 +7,7 @@
 //! CRD's schema when it is given. The same walk checks rendered objects (`render --strict`).
 //! Pure.
 
-use super::compile::edit_distance;
+use crate::suggest::edit_distance;
 use serde_json::Value;
 use std::sync::LazyLock;
 
@@ -224,7 +224,7 @@ impl Check<'_> {
 
     /// A value outside the field's bounds or pattern (`minimum`, `maxLength`, `maxItems`…).
     fn bounds(&mut self, v: &Value, s: &Value, at: &str, field: &str) {
-        if let Some(why) = super::schema::out_of_bounds(s, v) {
+        if let Some(why) = super::fields::out_of_bounds(s, v) {
             self.push(
                 at,
                 field,
@@ -366,7 +366,7 @@ impl Check<'_> {
         // The count of a list (not one with repeated entries: its length is not known).
         if !items.iter().any(|v| v.get("forEach").is_some()) {
             let count = Value::Array(vec![Value::Null; items.len()]);
-            if let Some(why) = super::schema::out_of_bounds(s, &count) {
+            if let Some(why) = super::fields::out_of_bounds(s, &count) {
                 self.push(
                     at,
                     field,

@@ -1,0 +1,158 @@
+//! The CRD of a rule's watched kind, made from its `schema` (the kind's names and spec
+//! fields) and its exported status fields, plus `observedGeneration` and `conditions`,
+//! which ruleop writes. Pure: what it needs of the rule comes in as [`KindSpec`].
+
+use super::fields::{SchemaProblem, conditions, field, object, problem};
+use super::spec::{FieldType, SchemaSpec};
+use serde_json::{Map, Value, json};
+
+/// What a CRD is made from: the watched kind's group, version and plural, its schema, and
+/// the status fields the rule writes.
+pub struct KindSpec<'a> {
+    pub group: &'a str,
+    pub version: &'a str,
+    pub plural: &'a str,
+    pub schema: &'a SchemaSpec,
+    /// Every status field of the rule, exported or not (their positions name them in errors).
+    pub status: Vec<StatusLine<'a>>,
+}
+
+/// A status field of the rule, as the CRD needs it.
+pub struct StatusLine<'a> {
+    pub name: &'a str,
+    pub ty: FieldType,
+    /// Its schema line (`integer | format=int32`); absent: its type alone.
+    pub schema: Option<&'a str>,
+    /// `false`: a helper field, kept out of the written status and the CRD.
+    pub export: bool,
+}
+
+/// The boilerplate every CRD's `apiVersion` and `kind` carry (as controller-gen writes it).
+fn type_meta() -> (Value, Value) {
+    (
+        json!({"description": "APIVersion defines the versioned schema of this representation of an object.\nServers should convert recognized schemas to the latest internal value, and\nmay reject unrecognized values.\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources", "type": "string"}),
+        json!({"description": "Kind is a string value representing the REST resource this object represents.\nServers may infer this from the endpoint the client submits requests to.\nCannot be updated.\nIn CamelCase.\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds", "type": "string"}),
+    )
+}
+
+/// The status schema: each exported status field (its `schema` line, or its type),
+/// `observedGeneration` and `conditions`.
+fn status_schema(k: &KindSpec<'_>) -> Result<Value, Vec<SchemaProblem>> {
+    let s = k.schema;
+    let mut props = Map::new();
+    let mut problems = Vec::new();
+    for (i, f) in k.status.iter().enumerate().filter(|(_, f)| f.export) {
+        let at = format!("status.fields[{i}].schema");
+        let line = f.schema.unwrap_or_else(|| f.ty.name()).to_string();
+        match field(&line, &at) {
+            Ok((schema, _))
+                if schema["type"] != f.ty.name()
+                    && !(f.ty.name() == "number" && schema["type"] == "integer") =>
+            {
+                problems.push(problem(
+                    &at,
+                    format!(
+                        "the schema's type {} is not the field's type {}",
+                        schema["type"],
+                        f.ty.name()
+                    ),
+                    "make `schema` and `type` agree",
+                ));
+            }
+            Ok((schema, _)) => {
+                props.insert(f.name.to_string(), schema);
+            }
+            Err(p) => problems.push(p),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    props.insert("observedGeneration".into(), json!({"description": "ObservedGeneration is the generation the status was computed for", "format": "int64", "type": "integer"}));
+    props.insert("conditions".into(), conditions(&s.kind));
+    let mut out = json!({"type": "object", "properties": props});
+    if let Some(d) = &s.status_description {
+        out["description"] = json!(d);
+    }
+    Ok(out)
+}
+
+/// The printer columns: as declared, or one per exported scalar status field, and Age.
+fn columns(k: &KindSpec<'_>) -> Vec<Value> {
+    let s = k.schema;
+    if !s.printer_columns.is_empty() {
+        return s
+            .printer_columns
+            .iter()
+            .cloned()
+            .map(Value::Object)
+            .collect();
+    }
+    let mut out: Vec<Value> = k
+        .status
+        .iter()
+        .filter(|f| f.export && !matches!(f.ty, FieldType::Object | FieldType::Array))
+        .map(|f| {
+            let mut name = f.name.to_string();
+            if let Some(first) = name.get_mut(0..1) {
+                first.make_ascii_uppercase();
+            }
+            json!({"name": name, "type": f.ty.name(), "jsonPath": format!(".status.{}", f.name)})
+        })
+        .collect();
+    out.push(json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}));
+    out
+}
+
+/// The CRD of a rule's watched kind, from its `schema`.
+pub fn crd(k: &KindSpec<'_>) -> Result<Value, Vec<SchemaProblem>> {
+    let s = k.schema;
+    let mut spec = object(&s.spec, "schema.spec")?;
+    if let Some(d) = &s.spec_description {
+        spec["description"] = json!(d);
+    }
+    if !s.validations.is_empty() {
+        spec["x-kubernetes-validations"] = json!(s.validations);
+    }
+    let status = status_schema(k)?;
+    let (api_version, kind) = type_meta();
+    let mut root = json!({"type": "object", "properties": {
+        "apiVersion": api_version, "kind": kind, "metadata": {"type": "object"},
+        "spec": spec, "status": status,
+    }});
+    if let Some(d) = &s.description {
+        root["description"] = json!(d);
+    }
+    let mut subresources = json!({"status": {}});
+    if let Some(scale) = &s.scale {
+        subresources["scale"] = Value::Object(scale.clone());
+    }
+    let version = json!({
+        "name": k.version, "served": true, "storage": true,
+        "schema": {"openAPIV3Schema": root},
+        "subresources": subresources,
+        "additionalPrinterColumns": columns(k),
+    });
+    let mut names = json!({
+        "kind": s.kind,
+        "listKind": s.list_kind.clone().unwrap_or_else(|| format!("{}List", s.kind)),
+        "plural": k.plural,
+        "singular": s.singular.clone().unwrap_or_else(|| s.kind.to_lowercase()),
+    });
+    if !s.short_names.is_empty() {
+        names["shortNames"] = json!(s.short_names);
+    }
+    if !s.categories.is_empty() {
+        names["categories"] = json!(s.categories);
+    }
+    let mut metadata = json!({"name": format!("{}.{}", k.plural, k.group)});
+    if !s.annotations.is_empty() {
+        metadata["annotations"] = Value::Object(s.annotations.clone());
+    }
+    Ok(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": metadata,
+        "spec": {"group": k.group, "names": names, "scope": "Namespaced", "versions": [version]},
+    }))
+}

@@ -1,0 +1,18 @@
+//! The watched kind's schema and the schemas of the kinds ruleop writes, offline and pure.
+//!
+//! Owns: the `schema:` section of a rule (field lines → OpenAPI, their defaults and
+//! bounds: [`fields`]), the CRD made from it ([`crd`]), whether a new CRD breaks what the
+//! cluster stores ([`evolve`]), objects checked against their kinds' OpenAPI schemas
+//! ([`typed`], with the built-in kinds' schemas shipped in the binary) and what is known
+//! of built-in kinds without a cluster ([`kinds`]).
+//!
+//! Uses: nothing of ruleop's but [`crate::suggest`]. Used by: `rules` (a rule's schema,
+//! defaults and typed checks when it loads), `render --strict`, `ruleop crd` and the
+//! CRD install.
+
+pub mod crd;
+pub mod evolve;
+pub mod fields;
+pub mod kinds;
+pub mod spec;
+pub mod typed;

@@ -1,0 +1,80 @@
+//! The kind's schema as a rule writes it (`schema:`) and the types of status fields: plain
+//! data, deserialized with the rule, with unknown fields refused.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The watched kind, described in the rule (`schema`): see [`super::fields`] and [`super::crd`].
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SchemaSpec {
+    pub kind: String,
+    #[serde(default)]
+    pub singular: Option<String>,
+    #[serde(default)]
+    pub list_kind: Option<String>,
+    #[serde(default)]
+    pub short_names: Vec<String>,
+    #[serde(default)]
+    pub categories: Vec<String>,
+    /// Descriptions of the kind, its spec and its status.
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub spec_description: Option<String>,
+    #[serde(default)]
+    pub status_description: Option<String>,
+    /// The spec's fields: `name: type | markers`, or a mapping for a nested object.
+    #[serde(default)]
+    pub spec: Map<String, Value>,
+    /// CEL rules on the spec (`x-kubernetes-validations`): `{rule, message}`.
+    #[serde(default)]
+    pub validations: Vec<Map<String, Value>>,
+    /// `kubectl get` columns (`{name, type, jsonPath}`); absent: one per scalar status
+    /// field, and Age.
+    #[serde(default)]
+    pub printer_columns: Vec<Map<String, Value>>,
+    /// The scale subresource: `{specReplicasPath, statusReplicasPath}`.
+    #[serde(default)]
+    pub scale: Option<Map<String, Value>>,
+    /// Annotations of the CRD object.
+    #[serde(default)]
+    pub annotations: Map<String, Value>,
+}
+
+/// The declared type of a status field; values are checked against it.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FieldType {
+    Integer,
+    Number,
+    String,
+    Boolean,
+    Object,
+    Array,
+}
+
+impl FieldType {
+    /// Whether `v` is a value of this type (an integer is also a number).
+    pub fn admits(self, v: &Value) -> bool {
+        match self {
+            FieldType::Integer => v.is_i64() || v.is_u64(),
+            FieldType::Number => v.is_number(),
+            FieldType::String => v.is_string(),
+            FieldType::Boolean => v.is_boolean(),
+            FieldType::Object => v.is_object(),
+            FieldType::Array => v.is_array(),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FieldType::Integer => "integer",
+            FieldType::Number => "number",
+            FieldType::String => "string",
+            FieldType::Boolean => "boolean",
+            FieldType::Object => "object",
+            FieldType::Array => "array",
+        }
+    }
+}
