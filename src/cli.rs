@@ -36,7 +36,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the operator against the current kubeconfig (or in-cluster config).
-    Run(crate::controller::RunArgs),
+    Run(crate::operator::RunArgs),
     /// Print the children a custom resource gets (and, with --observed, its status). No cluster needed.
     Render(RenderArgs),
     /// Load and compile rules files; exit 1 if any has an error. No cluster needed.
@@ -181,11 +181,11 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn run(args: crate::controller::RunArgs) -> anyhow::Result<ExitCode> {
+fn run(args: crate::operator::RunArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(crate::controller::run(args))?;
+    rt.block_on(crate::operator::run(args))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -217,12 +217,12 @@ fn load_against_cluster(
         let client = kube::Client::try_default().await?;
         let (loaded, _) = rules::load_paths(paths);
         let unknown = unknown_child_kinds(&loaded);
-        let served = crate::controller::openapi::schemas(&client, &unknown).await?;
+        let served = crate::cache::openapi::schemas(&client, &unknown).await?;
         crate::schema::typed::use_crds(&[given, &served].concat());
         let (loaded, mut errors) = rules::load_paths(paths);
         for rule in &loaded {
             let Some(crd) = &rule.crd else { continue };
-            for b in crate::controller::crds::against_cluster(&client, crd).await? {
+            for b in crate::operator::crds::against_cluster(&client, crd).await? {
                 errors.push(LoadError::Rule(Box::new(rules::error::RuleProblem {
                     at: rule.at.clone(),
                     rule: rule.name.clone(),

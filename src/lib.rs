@@ -1,16 +1,24 @@
 //! ruleop: a generic Kubernetes operator driven by rules files.
 //!
 //! The pipeline, one module per step: [`rules`] (load and check) → [`render`] (pure) →
-//! [`apply`] (server-side apply and prune) → [`status`] (pure computation of the status).
-//! [`controller`] runs the pipeline for every custom resource of every rule.
+//! [`apply`] (server-side apply and prune) → [`status`] (pure computation of the status)
+//! → [`reconcile`] (one custom resource, through the steps) → [`operator`] (a controller
+//! per rule, leadership, reload) → [`cli`]. Beside it, each a folder of its own: the kind's
+//! schema ([`schema`], below the rules), every request's path ([`client`]), the watch
+//! caches ([`cache`]) and [`events`]. A module uses only those before it in this order
+//! (`tests/layout.rs` checks it): suggest, metrics, client, schema, rules, render, apply,
+//! status, cache, events, reconcile, operator, rbac, cli.
 #![forbid(unsafe_code)]
 
-pub mod admin;
 pub mod apply;
+pub mod cache;
 pub mod cli;
-pub mod controller;
+pub mod client;
+pub mod events;
 pub mod metrics;
+pub mod operator;
 pub mod rbac;
+pub mod reconcile;
 pub mod render;
 pub mod rules;
 pub mod schema;

@@ -5,7 +5,7 @@
 //! existing objects a rule reads; Events on the custom resources; the
 //! leader Lease and the inventory ConfigMap in the operator's own namespace. Nothing else.
 
-use crate::controller::inventory::INVENTORY;
+use crate::operator::inventory::INVENTORY;
 use crate::rules::CompiledRule;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};

@@ -758,7 +758,7 @@ async fn a_repeated_event_becomes_a_series_on_the_first() {
     use kube::runtime::events::{Event, EventType, Reporter};
     let client = common::client().await;
     let ns = common::namespace(&client, "prod-events").await;
-    let publisher = ruleop::controller::recorder::Publisher::new(
+    let publisher = ruleop::events::recorder::Publisher::new(
         client.clone(),
         Reporter {
             controller: "ruleop-test".into(),

@@ -1,13 +1,13 @@
-//! What ruleop last wrote to each object, so that a watch cache that lags behind our own
-//! write causes no second one, and whether a rendered child must be applied at all.
+//! What ruleop last wrote to an object ([`Written`]), how the watch cache stands to it
+//! ([`Lag`]: the one answer to "is the cache behind my write", for children and statuses),
+//! and whether a rendered child must be applied at all ([`needs_apply`]). Where the last
+//! writes are kept is the reconcile's (one record per custom resource).
 
 use super::compare::{is_subset, project};
 use crate::render::{HASH_ANNOTATION, Rendered};
 use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 use serde_json::Value;
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Identifies a child object across rules' kinds.
@@ -69,50 +69,6 @@ impl Written {
 /// A hash of the part of `live` that `rendered` sets ([`project`]).
 pub fn canonical_hash(rendered: &Value, live: &Value) -> String {
     crate::render::hash_of(&project(rendered, live))
-}
-
-/// Our own recent writes, so a lagging cache does not cause a second one: per object,
-/// what we wrote (`Written` for children; the status and its resourceVersion for a
-/// custom resource's status).
-#[derive(Debug)]
-pub struct Memo<V = Written> {
-    inner: Mutex<HashMap<ObjectKey, V>>,
-}
-
-impl<V> Default for Memo<V> {
-    fn default() -> Self {
-        Memo {
-            inner: Mutex::new(HashMap::new()),
-        }
-    }
-}
-
-impl<V: Clone> Memo<V> {
-    pub fn get(&self, k: &ObjectKey) -> Option<V> {
-        self.inner.lock().ok()?.get(k).cloned()
-    }
-    pub fn put(&self, k: ObjectKey, w: V) {
-        if let Ok(mut m) = self.inner.lock() {
-            m.insert(k, w);
-        }
-    }
-    pub fn forget(&self, k: &ObjectKey) {
-        if let Ok(mut m) = self.inner.lock() {
-            m.remove(k);
-        }
-    }
-    /// Keeps only the entries `keep` says yes to.
-    pub fn retain(&self, mut keep: impl FnMut(&ObjectKey, &V) -> bool) {
-        if let Ok(mut m) = self.inner.lock() {
-            m.retain(|k, v| keep(k, v));
-        }
-    }
-    pub fn len(&self) -> usize {
-        self.inner.lock().map(|m| m.len()).unwrap_or(0)
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// Whether `observed` is `written` or older, judged as the API server's etcd storage

@@ -10,7 +10,6 @@
 pub mod adopt;
 mod compare;
 mod error;
-mod fence;
 mod memo;
 pub mod ownership;
 mod prune;
@@ -18,9 +17,8 @@ mod write;
 
 pub use compare::{is_subset, project};
 pub use error::{ApplyError, Refusal, classify};
-pub use fence::Fence;
 pub use memo::{
-    CACHE_LAG_GRACE, Lag, Memo, ObjectKey, Written, cache_behind, canonical_hash, lag, needs_apply,
+    CACHE_LAG_GRACE, Lag, ObjectKey, Written, cache_behind, canonical_hash, lag, needs_apply,
     not_newer,
 };
 pub use ownership::{AdoptPolicy, Verdict, judge};

@@ -4,8 +4,8 @@
 
 use super::adopt;
 use super::error::{ApplyError, Refusal};
-use super::fence::Fence;
 use super::ownership::{AdoptPolicy, Verdict, judge};
+use crate::client::Fence;
 use crate::render::{FIELD_MANAGER, Rendered};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::Value;

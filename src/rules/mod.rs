@@ -7,7 +7,6 @@ pub mod crd;
 pub mod error;
 pub mod graph;
 pub mod helpers;
-pub mod keep;
 pub mod lines;
 pub mod load;
 pub mod program;

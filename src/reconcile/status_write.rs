@@ -3,8 +3,10 @@
 //! conditions), compared with what the resource has, and server-side applied only when
 //! it differs.
 
-use super::reconcile::{Ctx, ReconcileError, Sync};
-use crate::apply::{self, ObjectKey};
+use super::ctx::Ctx;
+use super::outcome::{ReconcileError, Sync};
+use super::record::{ResourceId, StatusMark};
+use crate::apply::{Lag, ObjectKey};
 use crate::render::{self, FIELD_MANAGER, Plan};
 use crate::status::{self, Condition, merge_conditions};
 use kube::ResourceExt;
@@ -20,7 +22,7 @@ fn now_rfc3339() -> String {
 
 /// What a reconcile saw, for the status: the render's scope and outcome (None when it
 /// failed), and the live children by instance.
-pub(super) struct Seen<'a> {
+pub struct Seen<'a> {
     pub scope: Option<&'a render::Scope>,
     pub plan: Option<&'a Plan>,
     pub observed: &'a HashMap<String, Value>,
@@ -54,7 +56,7 @@ fn desired_status(
     let generation = cr
         .metadata
         .generation
-        .filter(|_| ctx.parent.status_subresource);
+        .filter(|_| ctx.kinds.parent.status_subresource);
     let (ready, ready_reason, ready_message) = match (sync, &report) {
         (Sync::Failed(p), _) if p.reason == "Waiting" => (false, "Waiting", p.message.clone()),
         (Sync::Failed(p), _) => (false, "SyncFailed", p.message.clone()),
@@ -119,12 +121,11 @@ fn desired_status(
 }
 
 /// The status we last wrote, while the cached resource is that write or older (`live_rv`):
-/// None once the cache has moved past it (then the cache is the status, and the memo goes).
-fn memo_status((written_rv, text): &(String, Box<str>), live_rv: &str) -> Option<Value> {
-    if apply::not_newer(live_rv, written_rv) {
-        serde_json::from_str(text).ok()
-    } else {
-        None
+/// None once the cache has moved past it (then the cache is the status, and the mark goes).
+fn our_status(mark: &StatusMark, live_rv: &str) -> Option<Value> {
+    match mark.lag(live_rv) {
+        Lag::Behind | Lag::Shows => serde_json::from_str(&mark.text).ok(),
+        Lag::Past => None,
     }
 }
 
@@ -137,7 +138,7 @@ async fn patch_status(
     status: &Value,
 ) -> Result<DynamicObject, kube::Error> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    if ctx.parent.status_subresource {
+    if ctx.kinds.parent.status_subresource {
         let body = json!({"apiVersion": key.api_version, "kind": key.kind, "status": status});
         api.patch_status(&key.name, &params, &Patch::Apply(&body))
             .await
@@ -152,20 +153,21 @@ async fn patch_status(
 /// Writes the resource's status if it differs from what it is (our last write while the
 /// cache lags behind it): server-side applied, learning the fields the CRD's schema
 /// refuses.
-pub(super) async fn write_status(
+pub async fn write_status(
     ctx: &Ctx,
+    r: &ResourceId,
     cr: &DynamicObject,
     cr_json: &Value,
     seen: &Seen<'_>,
     sync: &Sync,
 ) -> Result<(), ReconcileError> {
-    let key = ObjectKey::of_object(&ctx.parent.resource, cr);
+    let key = ObjectKey::of_object(&ctx.kinds.parent.resource, cr);
     let live_rv = cr.resource_version().unwrap_or_default();
     // What the resource's status is: our last write while the cache lags behind it.
-    let memo = ctx.status_memo.get(&key);
-    let ours = memo.as_ref().and_then(|m| memo_status(m, &live_rv));
-    if memo.is_some() && ours.is_none() {
-        ctx.status_memo.forget(&key);
+    let mark = ctx.records.status(r);
+    let ours = mark.as_ref().and_then(|m| our_status(m, &live_rv));
+    if mark.is_some() && ours.is_none() {
+        ctx.records.set_status(r, None);
     }
     let current = ours.as_ref().or(cr_json.get("status"));
     let mut status = desired_status(ctx, cr, cr_json, seen, current, sync);
@@ -173,11 +175,14 @@ pub(super) async fn write_status(
     if current == Some(&status) {
         return Ok(());
     }
-    if !ctx.fence.holds() {
+    if !ctx.process.fence.holds() {
         return Err(ReconcileError::NotLeader);
     }
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &key.namespace, &*ctx.parent.resource);
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.process.client.clone(),
+        &key.namespace,
+        &*ctx.kinds.parent.resource,
+    );
     // A field the CRD's status schema does not declare is refused; learned, it is left
     // out and the write tried again (once per field the schema lacks).
     let written = loop {
@@ -191,39 +196,43 @@ pub(super) async fn write_status(
             other => break other.map_err(ReconcileError::Status)?,
         }
     };
-    ctx.metrics.write(&ctx.rule.name, "status");
+    ctx.process.metrics.write(&ctx.rule.name, "status");
     tracing::debug!(rule = %ctx.rule.name, object = %key.name, namespace = %key.namespace, "status written");
     let kept = written.data.get("status").cloned().unwrap_or(Value::Null);
     if ctx.status_schema.learn(&status, &kept) {
         ctx.status_schema.strip(&mut status);
     }
-    ctx.status_memo.put(
-        key,
-        (
-            written.resource_version().unwrap_or_default(),
-            status.to_string().into(),
-        ),
-    );
+    let mark = StatusMark {
+        text: status.to_string().into(),
+        resource_version: written.resource_version().unwrap_or_default(),
+        at: std::time::Instant::now(),
+    };
+    ctx.records.set_status(r, Some(mark));
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::memo_status;
+    use super::{StatusMark, our_status};
     use serde_json::json;
+    use std::time::Instant;
 
     #[test]
     fn our_last_status_counts_until_the_cache_moves_past_it() {
-        let memo = ("12".to_string(), r#"{"readyReplicas":1}"#.into());
+        let mark = StatusMark {
+            text: r#"{"readyReplicas":1}"#.into(),
+            resource_version: "12".into(),
+            at: Instant::now(),
+        };
         let ours = Some(json!({"readyReplicas": 1}));
         assert_eq!(
-            memo_status(&memo, "11"),
+            our_status(&mark, "11"),
             ours,
             "the cache lags behind our write"
         );
-        assert_eq!(memo_status(&memo, "12"), ours, "the cache shows our write");
+        assert_eq!(our_status(&mark, "12"), ours, "the cache shows our write");
         assert_eq!(
-            memo_status(&memo, "13"),
+            our_status(&mark, "13"),
             None,
             "a newer version is the status now"
         );

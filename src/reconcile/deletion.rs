@@ -3,8 +3,10 @@
 //! a child only once nothing that depends on it is left, each removed in the foreground
 //! (its own dependents, such as pods, gone first) — then releases the resource.
 
-use super::children::owned;
-use super::reconcile::{Ctx, ReconcileError};
+use super::ctx::Ctx;
+use super::outcome::ReconcileError;
+use super::prune::owned;
+use super::record::ResourceId;
 use crate::apply::ApplyError;
 use crate::render::CHILD_LABEL;
 use crate::rules::graph;
@@ -42,12 +44,12 @@ async fn set_finalizers(
     cr: &DynamicObject,
     finalizers: Vec<String>,
 ) -> Result<(), ReconcileError> {
-    if !ctx.fence.holds() {
+    if !ctx.process.fence.holds() {
         return Err(ReconcileError::NotLeader);
     }
     let ns = cr.namespace().unwrap_or_default();
     let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &ns, &*ctx.parent.resource);
+        Api::namespaced_with(ctx.process.client.clone(), &ns, &*ctx.kinds.parent.resource);
     let body =
         json!({"metadata": {"finalizers": finalizers, "resourceVersion": cr.resource_version()}});
     api.patch(
@@ -57,7 +59,7 @@ async fn set_finalizers(
     )
     .await
     .map_err(ReconcileError::Status)?;
-    ctx.metrics.write(&ctx.rule.name, "finalizer");
+    ctx.process.metrics.write(&ctx.rule.name, "finalizer");
     Ok(())
 }
 
@@ -82,7 +84,7 @@ pub async fn keep_finalizer(ctx: &Ctx, cr: &DynamicObject) -> Result<(), Reconci
 
 /// One step of the ordered deletion of `cr`: deletes the children that may go now, or
 /// releases the resource once none is left.
-pub async fn step(ctx: &Ctx, cr: &DynamicObject) -> Result<Action, ReconcileError> {
+pub async fn step(ctx: &Ctx, r: &ResourceId, cr: &DynamicObject) -> Result<Action, ReconcileError> {
     let ns = cr.namespace().unwrap_or_default();
     let uid = cr.uid().unwrap_or_default();
     let position = |o: &DynamicObject| {
@@ -91,6 +93,8 @@ pub async fn step(ctx: &Ctx, cr: &DynamicObject) -> Result<Action, ReconcileErro
     };
     let objects: Vec<_> = ctx
         .kinds
+        .children
+        .distinct()
         .iter()
         .flat_map(|k| owned(k, &ns, &uid).into_iter().map(move |o| (k, o)))
         .collect();
@@ -106,7 +110,7 @@ pub async fn step(ctx: &Ctx, cr: &DynamicObject) -> Result<Action, ReconcileErro
             .cloned()
             .collect();
         set_finalizers(ctx, cr, rest).await?;
-        super::reconcile::forget(ctx, cr);
+        ctx.records.abandon_writes(r);
         tracing::info!(rule = %ctx.rule.name, object = %cr.name_any(), namespace = %ns, "children deleted in order; resource released");
         return Ok(Action::await_change());
     }
@@ -118,11 +122,11 @@ pub async fn step(ctx: &Ctx, cr: &DynamicObject) -> Result<Action, ReconcileErro
         if !go || o.meta().deletion_timestamp.is_some() {
             continue;
         }
-        if !ctx.fence.holds() {
+        if !ctx.process.fence.holds() {
             return Err(ReconcileError::NotLeader);
         }
         let ar = &*k.resolved.resource;
-        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, ar);
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.process.client.clone(), &ns, ar);
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: o.uid(),
@@ -141,7 +145,7 @@ pub async fn step(ctx: &Ctx, cr: &DynamicObject) -> Result<Action, ReconcileErro
                 )));
             }
         }
-        ctx.metrics.write(&ctx.rule.name, "prune");
+        ctx.process.metrics.write(&ctx.rule.name, "prune");
         tracing::info!(rule = %ctx.rule.name, kind = %ar.kind, name = %o.name_any(), namespace = %ns, "deleted child in order");
     }
     Ok(Action::requeue(RECHECK))

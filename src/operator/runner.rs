@@ -1,15 +1,14 @@
 //! Runs one rule: waits until its kinds are served, then one kube-runtime `Controller`
 //! over `Api<DynamicObject>` for the watched kind, owning each child kind through a
-//! label-selected, cached watch ([`super::watches`]). Stops gracefully when told to.
+//! label-selected, cached watch ([`crate::cache::watches`]). Stops gracefully when told to.
 
-use super::cached::Cached;
-use super::discovery::{self, Resolved};
-use super::events::EventQueue;
-use super::existing::ExistingKind;
 use super::inventory;
-use super::reconcile::{Ctx, error_policy, reconcile};
-use super::watches::{PerResource, SyncTracker, child_watch, existing_watch, parent_watch};
-use crate::apply::Memo;
+use crate::cache::cached::Cached;
+use crate::cache::discovery::{self, Resolved};
+use crate::cache::existing::ExistingKind;
+use crate::cache::watches::{SyncTracker, WatchScope, child_watch, existing_watch, parent_watch};
+use crate::events::EventQueue;
+use crate::reconcile::{Ctx, KindTable, Kinds, Listed, Process, Records, error_policy, reconcile};
 use crate::rules::CompiledRule;
 use futures::StreamExt;
 use kube::runtime::controller::{Config, Controller};
@@ -25,32 +24,25 @@ use tracing::Instrument;
 /// How a rule runs.
 #[derive(Clone)]
 pub struct Options {
+    /// What every rule shares: the client, the fence, the metrics, which Events, resync.
+    pub process: Arc<Process>,
     /// Reconciles of this rule running at once.
     pub concurrency: u16,
-    /// How often each healthy custom resource is checked with no event.
-    pub resync: Duration,
     /// How often discovery is retried while a kind is not served.
     pub discovery_retry: Duration,
-    /// Only this namespace, or all.
-    pub namespace: Option<String>,
-    /// Server-side timeout of every watch, in seconds.
-    pub watch_timeout: u32,
-    /// Which Events to publish.
-    pub events: super::EventLevel,
-    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Where the watches look, and their timeout.
+    pub scope: WatchScope,
     /// Who the Events ruleop publishes come from.
     pub reporter: kube::runtime::events::Reporter,
-    /// Asked before every write: false once this replica may no longer write.
-    pub fence: Arc<super::leader::Fence>,
     /// The operator's own namespace: the inventory of made kinds lives there.
     pub state_namespace: String,
     /// Install each rule's CRD from its schema when it starts.
     pub install_crds: bool,
     /// Paces the publishing of Events (all rules share it); None: unpaced.
-    pub event_pace: Option<Arc<super::limiter::Pace>>,
+    pub event_pace: Option<Arc<crate::client::limiter::Pace>>,
     /// ruleop's converging requests in flight: an Event waits (at most a second) for a
     /// moment with none before it is published. None: Events do not wait.
-    pub event_quiet: Option<Arc<super::busy::Busy>>,
+    pub event_quiet: Option<Arc<crate::client::busy::Busy>>,
 }
 
 /// How long a stopping rule waits for its in-flight reconciles.
@@ -80,7 +72,6 @@ impl RuleTask {
     /// `retired` are kinds an earlier version of the rule in this process made (the
     /// inventory in the cluster has the others): their children are cleaned up.
     pub fn spawn(
-        client: Client,
         rule: Arc<CompiledRule>,
         opts: Options,
         retired: Vec<inventory::Made>,
@@ -88,7 +79,7 @@ impl RuleTask {
         let (stop, stop_rx) = watch::channel(false);
         let synced = Arc::new(AtomicBool::new(false));
         let span = tracing::info_span!("rule", rule = %rule.name);
-        let task = run(client, rule.clone(), opts, stop_rx, synced.clone(), retired);
+        let task = run(rule.clone(), opts, stop_rx, synced.clone(), retired);
         let handle = tokio::spawn(task.instrument(span));
         RuleTask {
             rule,
@@ -172,7 +163,8 @@ where
 }
 
 /// Resolves the distinct kinds among `wanted` (apiVersion, kind); gives them and, for
-/// each of `wanted`, its index among them. None when the rule is stopped meanwhile.
+/// each of `wanted`, its index among them (a [`KindTable`]'s parts). None when the rule is
+/// stopped meanwhile.
 async fn distinct_kinds<'a>(
     client: &Client,
     opts: &Options,
@@ -210,17 +202,17 @@ fn controller_config(concurrency: u16) -> Config {
 }
 
 async fn run(
-    client: Client,
     rule: Arc<CompiledRule>,
     opts: Options,
     stop: watch::Receiver<bool>,
     synced: Arc<AtomicBool>,
     retired: Vec<inventory::Made>,
 ) {
+    let client = opts.process.client.clone();
     // The CRD is installed beside the rule, tried again while it fails; the rule runs
     // against the CRD the cluster serves meanwhile.
     let _install = opts.install_crds.then(|| {
-        let metrics = opts.metrics.clone();
+        let metrics = opts.process.metrics.clone();
         let name = rule.name.clone();
         let failed = move |e: &super::crds::CrdError| {
             let category = match e {
@@ -230,8 +222,12 @@ async fn run(
             metrics.error(&name, category);
             tracing::error!(error = %e, "CRD not installed");
         };
-        let install =
-            super::crds::keep_installing(client.clone(), rule.clone(), opts.fence.clone(), failed);
+        let install = super::crds::keep_installing(
+            client.clone(),
+            rule.clone(),
+            opts.process.fence.clone(),
+            failed,
+        );
         AbortOnDrop(tokio::spawn(install))
     });
     let w = &rule.watch;
@@ -254,13 +250,13 @@ async fn run(
             inventory::Inventory {
                 client: client.clone(),
                 namespace: opts.state_namespace.clone(),
-                fence: opts.fence.clone(),
+                fence: opts.process.fence.clone(),
             },
             rule.clone(),
             parent.resource.kind.clone(),
-            opts.namespace.clone(),
+            opts.scope.namespace.clone(),
             retired,
-            opts.metrics.clone(),
+            opts.process.metrics.clone(),
         )
         .in_current_span(),
     ));
@@ -281,15 +277,22 @@ async fn run(
         return;
     };
 
-    let memo = Arc::new(Memo::default());
-    let kept = PerResource::default();
+    let records = Arc::new(Records::new(usize::from(opts.concurrency)));
     // Readiness: every watch (the parent's, one per child kind, one per existing kind)
     // has listed once.
     let watches = 1 + kinds.len() + existing_kinds.len();
     let sync = Arc::new(SyncTracker::new(watches, synced.clone()));
     let parent_writer = Writer::<Cached>::new(parent.resource.clone());
     let parent_reader = parent_writer.as_reader();
-    let parent_stream = parent_watch(&client, &opts, &parent, parent_writer, &sync, &kept);
+    let follow = records.clone();
+    let parent_stream = parent_watch(
+        &client,
+        &opts.scope,
+        &parent,
+        parent_writer,
+        &sync,
+        Box::new(move |ev| follow.follow_resource(ev)),
+    );
 
     let mut controller = Controller::for_stream_with(
         parent_stream,
@@ -302,15 +305,19 @@ async fn run(
 
     let mut child_kinds = Vec::new();
     for (i, k) in kinds.iter().enumerate() {
-        let (stream, child) = child_watch(&client, &opts, &rule, k, sync.clone(), i + 1, &memo);
+        let (follow, ar) = (records.clone(), k.resource.clone());
+        let follow = Box::new(move |ev: &_| follow.follow_child(&ar, ev));
+        let (stream, child) =
+            child_watch(&client, &opts.scope, &rule, k, sync.clone(), i + 1, follow);
         controller = controller.owns_stream_with(stream, k.resource.clone());
         child_kinds.push(child);
     }
 
     let mut existing = Vec::new();
     for (i, k) in existing_kinds.into_iter().enumerate() {
-        let (stream, store) = existing_watch(&client, &opts, &k, sync.clone(), 1 + kinds.len() + i);
-        let readers = kept.readers.clone();
+        let watch_index = 1 + kinds.len() + i;
+        let (stream, store) = existing_watch(&client, &opts.scope, &k, sync.clone(), watch_index);
+        let readers = records.clone();
         let parent_kind = parent.resource.clone();
         let mapper = move |c: Cached| {
             // The labels a lookup matches are in the text only.
@@ -328,34 +335,36 @@ async fn run(
         existing.push(ExistingKind { resolved: k, store });
     }
 
+    let (Some(children), Some(existing)) = (
+        KindTable::new(child_kinds, child_kind),
+        KindTable::new(existing, existing_kind),
+    ) else {
+        tracing::error!(
+            "a child's kind is missing from the rule's kinds (a bug in ruleop); rule not started"
+        );
+        return;
+    };
+    let process = opts.process.clone();
+    let events = EventQueue::start(
+        crate::events::recorder::Publisher::new(client.clone(), opts.reporter.clone()),
+        process.metrics.clone(),
+        rule.name.clone(),
+        process.fence.clone(),
+        opts.event_pace.clone(),
+        opts.event_quiet.clone(),
+    );
     let ctx = Arc::new(Ctx {
-        client: client.clone(),
+        process,
         rule: rule.clone(),
-        parent,
-        kinds: child_kinds,
-        child_kind,
-        memo,
-        status_memo: kept.status_memo,
-        failures: kept.failures,
-        resync: opts.resync,
-        metrics: opts.metrics.clone(),
-        events: opts.events,
-        events_out: EventQueue::start(
-            super::recorder::Publisher::new(client.clone(), opts.reporter.clone()),
-            opts.metrics.clone(),
-            rule.name.clone(),
-            opts.fence.clone(),
-            opts.event_pace.clone(),
-            opts.event_quiet.clone(),
-        ),
-        fence: opts.fence.clone(),
-        synced: synced.clone(),
-        started: std::time::Instant::now(),
+        kinds: Kinds {
+            parent,
+            children,
+            existing,
+            listed: Listed::new(synced.clone()),
+        },
+        records,
+        events,
         status_schema: Default::default(),
-        existing,
-        existing_kind,
-        readers: kept.readers,
-        slow: super::slow::Slow::new(usize::from(opts.concurrency)),
     });
 
     tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, "rule started");
@@ -376,8 +385,8 @@ async fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::super::watches::tests::cm;
     use super::*;
+    use crate::cache::watches::tests::cm;
     use kube::api::DynamicObject;
     use kube::discovery::ApiResource;
     use kube::runtime::watcher;

@@ -9,7 +9,7 @@
 //! never write at once, whatever the network does: `duration - renew_deadline` apart at
 //! least (minus the clocks' drift over that time, not their offset).
 
-pub use crate::apply::Fence;
+use super::fence::Fence;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;

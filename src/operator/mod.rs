@@ -1,36 +1,31 @@
 //! `ruleop run`: the operator. Loads the rules, serves the admin endpoints, optionally
 //! campaigns for the leader Lease, runs one controller per rule while leading, reloads
 //! the rules when their files change, and shuts down gracefully on SIGTERM/SIGINT.
+//!
+//! Owns: the process's life ([`run`]), its arguments ([`args`]), the rules in force kept
+//! running ([`supervisor`], one [`runner`] per rule), the rules files watched
+//! ([`reload`]), each rule's CRD installed ([`crds`]), the kinds each rule has made
+//! ([`inventory`]) and the admin endpoints ([`admin`]).
+//!
+//! Uses: everything below it. Used by: the CLI.
 
-pub mod busy;
-pub mod cached;
-pub mod children;
+pub mod admin;
+pub mod args;
 pub mod crds;
-pub mod deletion;
-pub mod discovery;
-pub mod events;
-pub mod existing;
-pub mod in_flight;
 pub mod inventory;
-pub mod leader;
-pub mod limiter;
-pub mod openapi;
-pub mod owners;
-pub mod reconcile;
-pub mod recorder;
-pub mod relist;
 pub mod reload;
 pub mod runner;
-pub mod slow;
-pub mod status_write;
 pub mod supervisor;
-pub mod watches;
 
-use crate::admin::{self, Health};
+pub use args::RunArgs;
+
+use crate::client::gate::Gate;
+use crate::client::lease::{Election, LeaseConfig};
+use crate::client::{self, Fence, Guard};
 use crate::metrics::Metrics;
+use crate::reconcile::Process;
 use crate::rules::book::{Problem, RuleBook};
-use clap::Args;
-use leader::{Election, Fence, LeaseConfig};
+use admin::Health;
 use runner::Options;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,93 +33,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use supervisor::Supervisor;
-use tower::util::option_layer;
-
-/// Arguments of `ruleop run`.
-#[derive(Args, Debug, Clone)]
-pub struct RunArgs {
-    /// A rules file or directory (repeat for more). Watched: edits apply without a restart.
-    #[arg(long, required = true)]
-    pub rules: Vec<PathBuf>,
-    /// Reconciles running at once, per rule (at least 1). Most send nothing and end at
-    /// once; one that writes holds its place until the API server answers.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
-    pub concurrency: u16,
-    /// Requests at the API server at once, all rules together, watches aside, and at most
-    /// half of them (rounded up) of one kind (API group, resource and subresource, whatever
-    /// the verb); the others wait their turn, in the order asked within a kind. 0 for no
-    /// bound. Each request at once is a connection of its own (HTTP/1.1), with its memory.
-    #[arg(long, default_value_t = 128)]
-    pub max_in_flight: u32,
-    /// Requests per second to the API server, on average (client-side token bucket,
-    /// as client-go's); 0 turns the limit off.
-    #[arg(long, default_value_t = 1000.0)]
-    pub qps: f64,
-    /// Requests that may go at once above `--qps` (the bucket's size).
-    #[arg(long, default_value_t = 2000)]
-    pub burst: u32,
-    /// Events published per second, all rules together, after a burst of 100: when
-    /// thousands of resources change at once, their Events trail behind the writes that
-    /// make them converge. 0: as fast as the client allows.
-    #[arg(long, default_value_t = 20.0)]
-    pub event_qps: f64,
-    /// Seconds between checks of a healthy custom resource with no event.
-    #[arg(long, default_value_t = 600)]
-    pub resync_seconds: u64,
-    /// Watch and act in this namespace only (default: all namespaces).
-    #[arg(long)]
-    pub namespace: Option<String>,
-    /// Address of the admin server (/metrics, /livez, /readyz, /status); port 0 picks one.
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    pub admin_addr: SocketAddr,
-    /// Reconcile only while holding the leader Lease.
-    #[arg(long)]
-    pub leader_elect: bool,
-    /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    pub lease_namespace: String,
-    /// Name of the leader Lease.
-    #[arg(long, default_value = "ruleop-leader")]
-    pub lease_name: String,
-    /// Seconds a standby waits after the Lease last changed before taking it over.
-    #[arg(long, default_value_t = 15)]
-    pub lease_duration: u64,
-    /// Seconds after the start of its last successful renewal at which the leader stops
-    /// writing (default: 2/3 of the lease duration). Must be shorter than the lease duration.
-    #[arg(long)]
-    pub renew_deadline: Option<f64>,
-    /// Seconds between attempts to renew or acquire the Lease (default: 1/5 of the renew deadline).
-    #[arg(long)]
-    pub retry_period: Option<f64>,
-    /// This process's identity in the Lease (default: $POD_NAME, else host name and pid).
-    #[arg(long, env = "POD_NAME")]
-    pub identity: Option<String>,
-    /// Create or update each rule's CRD from its `schema` when the rule starts (a change
-    /// that would break stored resources is refused and logged; the served CRD stays).
-    /// Needs `ruleop rbac --install-crds`.
-    #[arg(long)]
-    pub install_crds: bool,
-    /// Seconds between rechecks of the rules files, besides file-change notifications.
-    #[arg(long, default_value_t = 10)]
-    pub rules_poll_seconds: u64,
-    /// Which Events to publish on custom resources: `all` (children created, updated,
-    /// pruned, and problems), `warnings` (problems only: each Normal Event is one more
-    /// write per change, which at scale the API server feels), or `none`.
-    #[arg(long, value_enum, default_value = "all")]
-    pub events: EventLevel,
-    /// Seconds after which the API server ends each watch (it is then resumed). A watch
-    /// connection silent for this long plus 10 s is dropped and re-established.
-    #[arg(long, default_value_t = 290)]
-    pub watch_timeout_seconds: u32,
-}
-
-/// Which Events ruleop publishes.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventLevel {
-    All,
-    Warnings,
-    None,
-}
 
 /// Errors that stop `ruleop run`.
 #[derive(Debug, thiserror::Error)]
@@ -145,47 +53,9 @@ pub enum RunError {
     #[error("cannot watch the rules files: {0}")]
     Watch(#[source] notify::Error),
     #[error("leader election: {0}")]
-    Lease(#[source] leader::LeaseError),
+    Lease(#[source] crate::client::lease::LeaseError),
     #[error("cannot listen for SIGTERM or SIGINT: {0}")]
     Signal(#[source] std::io::Error),
-}
-
-/// A client whose reads time out a little after the server should have ended a watch:
-/// a request on a silently stalled connection (an apply, a list) fails and is retried
-/// instead of hanging forever. (Watches have kube's own idle timeout, just under this.)
-/// Every request goes through the rate limiter, when there is one.
-async fn client(
-    watch_timeout: u32,
-    identity: &str,
-    guard: Guard,
-) -> Result<kube::Client, RunError> {
-    let mut config = kube::Config::infer()
-        .await
-        .map_err(|e| RunError::Client(kube::Error::InferConfig(e)))?;
-    config.read_timeout = Some(Duration::from_secs(u64::from(watch_timeout) + 10));
-    config.reset_reader_on_write = true;
-    // Each replica says who it is, so the API server's audit log tells them apart.
-    if let Ok(agent) = http::HeaderValue::from_str(&format!(
-        "ruleop/{} ({identity})",
-        env!("CARGO_PKG_VERSION")
-    )) {
-        config.headers.push((http::header::USER_AGENT, agent));
-    }
-    let builder = kube::client::ClientBuilder::try_from(config).map_err(RunError::Client)?;
-    // The bucket is the outer layer: a request takes its token in turn, then goes through
-    // the gate (its slot, the fence, the count).
-    let gated = option_layer(guard.gate.map(in_flight::GateLayer));
-    let limited = option_layer(guard.limiter.map(limiter::LimitLayer));
-    Ok(builder.with_layer(&gated).with_layer(&limited).build())
-}
-
-/// What stands between ruleop's requests and the API server: the token bucket (`--qps`,
-/// `--burst`) and the gate (`--max-in-flight`, the leader fence, the request count). The
-/// leader election's own client has neither.
-#[derive(Default)]
-struct Guard {
-    limiter: Option<Arc<limiter::Limiter>>,
-    gate: Option<Arc<in_flight::Gate>>,
 }
 
 fn identity(args: &RunArgs) -> String {
@@ -246,7 +116,9 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let me = identity(&args);
     // The Lease is renewed outside the limiter: a busy leader must not lose its Lease
     // waiting behind its own writes.
-    let election_client = client(args.watch_timeout_seconds, &me, Guard::default()).await?;
+    let election_client = client::build(args.watch_timeout_seconds, &me, Guard::default())
+        .await
+        .map_err(RunError::Client)?;
     let addr = admin::serve(args.admin_addr, metrics.clone(), health.clone())
         .await
         .map_err(|source| RunError::Admin {
@@ -280,32 +152,40 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         Election::start(election_client.clone(), cfg.clone())
     });
     let fence = election.as_ref().map_or_else(Fence::open, Election::fence);
-    let gate = in_flight::Gate::new(args.max_in_flight, fence.clone(), metrics.clone());
+    let gate = Gate::new(args.max_in_flight, fence.clone(), metrics.clone());
     let busy = gate.busy();
     let guard = Guard {
-        limiter: limiter::Limiter::new(args.qps, args.burst, metrics.clone()),
+        limiter: client::limiter::Limiter::new(args.qps, args.burst, metrics.clone()),
         gate: Some(gate),
     };
-    let client = client(args.watch_timeout_seconds, &me, guard).await?;
-    let opts = Options {
-        concurrency: args.concurrency,
-        resync: Duration::from_secs(args.resync_seconds),
-        discovery_retry: Duration::from_secs(3),
-        namespace: args.namespace.clone(),
-        watch_timeout: args.watch_timeout_seconds,
-        events: args.events,
+    let client = client::build(args.watch_timeout_seconds, &me, guard)
+        .await
+        .map_err(RunError::Client)?;
+    let process = Arc::new(Process {
+        client,
+        fence: fence.clone(),
         metrics: metrics.clone(),
+        events: args.events,
+        resync: Duration::from_secs(args.resync_seconds),
+    });
+    let opts = Options {
+        process,
+        concurrency: args.concurrency,
+        discovery_retry: Duration::from_secs(3),
+        scope: crate::cache::watches::WatchScope {
+            namespace: args.namespace.clone(),
+            timeout: args.watch_timeout_seconds,
+        },
         reporter: kube::runtime::events::Reporter {
             controller: "ruleop".into(),
             instance: Some(me.clone()),
         },
-        fence,
         state_namespace: args.lease_namespace.clone(),
         install_crds: args.install_crds,
-        event_pace: limiter::Pace::new(args.event_qps, 100),
+        event_pace: client::limiter::Pace::new(args.event_qps, 100),
         event_quiet: Some(busy),
     };
-    let mut sup = Supervisor::new(client.clone(), opts, metrics.clone(), health.clone());
+    let mut sup = Supervisor::new(opts, metrics.clone(), health.clone());
     sup.set_desired(initial);
 
     let mut election = election;

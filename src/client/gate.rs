@@ -23,7 +23,7 @@
 //! (`ruleop_client_in_flight_wait_seconds_total`).
 
 use super::busy::Busy;
-use crate::apply::Fence;
+use super::fence::Fence;
 use crate::metrics::Metrics;
 use std::collections::HashMap;
 use std::future::Future;

@@ -7,9 +7,9 @@
 //! this rule owns are deleted, retried with backoff until it succeeds; only then is the
 //! record set to the rule's current kinds. Written only when it changes.
 
-use super::discovery;
-use super::leader::Fence;
 use crate::apply::ownership::controller_ref;
+use crate::cache::discovery;
+use crate::client::Fence;
 use crate::render::{RULE_LABEL, group_of};
 use crate::rules::CompiledRule;
 use k8s_openapi::api::core::v1::ConfigMap;

@@ -6,8 +6,8 @@
 //! (a `readyWhen`, `observed.<id>` in a template, a status field or expression reading
 //! more than its `status` and `metadata`) is kept whole. Pure.
 
-use super::compile::{FieldSource, Node, Source};
-use super::{CompiledChild, CompiledRule};
+use crate::rules::compile::{FieldSource, Node, Source};
+use crate::rules::{CompiledChild, CompiledRule};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -62,7 +62,7 @@ fn of_node(node: &Node) -> Keep {
         Node::Map(entries) => {
             let mut fields = BTreeMap::new();
             for (key, value) in entries {
-                let super::compile::Key::Literal(k) = key else {
+                let crate::rules::compile::Key::Literal(k) = key else {
                     return Keep::All;
                 };
                 fields.insert(k.clone(), of_node(value));

@@ -8,10 +8,10 @@
 //! counted (`ruleop_events_dropped_total`). One publisher per rule sends one Event at a
 //! time, and all of them together at most `--event-qps` per second; and before each (once
 //! it has its turn in that pace), it waits (at most [`QUIET_WAIT`]) for a moment when none
-//! of ruleop's other requests is in flight ([`super::busy`]). So when thousands of resources change at once their Events
+//! of ruleop's other requests is in flight ([`crate::client::busy`]). So when thousands of resources change at once their Events
 //! trail behind the writes that make them converge instead of competing with them.
 
-use super::busy::Busy;
+use crate::client::busy::Busy;
 use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::Event;
@@ -67,8 +67,8 @@ impl EventQueue {
         recorder: super::recorder::Publisher,
         metrics: Arc<Metrics>,
         rule: String,
-        fence: Arc<super::leader::Fence>,
-        pace: Option<Arc<super::limiter::Pace>>,
+        fence: Arc<crate::client::Fence>,
+        pace: Option<Arc<crate::client::limiter::Pace>>,
         quiet: Option<Arc<Busy>>,
     ) -> EventQueue {
         let recorder = Arc::new(recorder);

@@ -3,17 +3,15 @@
 //! longer makes are pruned), stops deleted ones (their children stay). Runs nothing while
 //! this process is not the leader.
 
+use super::admin::{Health, RuleHealth};
 use super::inventory;
 use super::runner::{Options, RuleTask};
-use crate::admin::{Health, RuleHealth};
 use crate::metrics::Metrics;
 use crate::rules::CompiledRule;
-use kube::Client;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub struct Supervisor {
-    client: Client,
     opts: Options,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
@@ -22,14 +20,8 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    pub fn new(
-        client: Client,
-        opts: Options,
-        metrics: Arc<Metrics>,
-        health: Arc<Health>,
-    ) -> Supervisor {
+    pub fn new(opts: Options, metrics: Arc<Metrics>, health: Arc<Health>) -> Supervisor {
         Supervisor {
-            client,
             opts,
             metrics,
             health,
@@ -69,12 +61,7 @@ impl Supervisor {
                 }
                 None => Vec::new(),
             };
-            let task = RuleTask::spawn(
-                self.client.clone(),
-                rule.clone(),
-                self.opts.clone(),
-                retired,
-            );
+            let task = RuleTask::spawn(rule.clone(), self.opts.clone(), retired);
             self.running.insert(rule.name.clone(), task);
         }
         self.publish();

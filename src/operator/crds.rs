@@ -3,7 +3,7 @@
 //! under the CRD the cluster serves is refused, with its reasons, and the old CRD keeps
 //! serving. Done when a rule starts, so a rule edited live installs its new CRD.
 
-use super::leader::Fence;
+use crate::client::Fence;
 use crate::render::FIELD_MANAGER;
 use crate::rules::CompiledRule;
 use crate::schema::evolve::{Breaking, breaking_changes};

@@ -58,12 +58,17 @@ pub struct OwnerIndex {
 
 /// The uid of the object's controller (the ownerReference with `controller: true`).
 pub fn controller_uid(o: &impl Resource) -> Option<&str> {
+    controller_ref_of(o).map(|(uid, _)| uid)
+}
+
+/// The uid and name of the object's controller, if it has one.
+pub fn controller_ref_of(o: &impl Resource) -> Option<(&str, &str)> {
     o.meta()
         .owner_references
         .as_ref()?
         .iter()
         .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.as_str())
+        .map(|r| (r.uid.as_str(), r.name.as_str()))
 }
 
 fn name_of(o: &DynamicObject) -> ChildName {

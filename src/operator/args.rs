@@ -1,0 +1,84 @@
+//! The arguments of `ruleop run`.
+
+use crate::events::EventLevel;
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Arguments of `ruleop run`.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// A rules file or directory (repeat for more). Watched: edits apply without a restart.
+    #[arg(long, required = true)]
+    pub rules: Vec<PathBuf>,
+    /// Reconciles running at once, per rule (at least 1). Most send nothing and end at
+    /// once; one that writes holds its place until the API server answers.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+    /// Requests at the API server at once, all rules together, watches aside, and at most
+    /// half of them (rounded up) of one kind (API group, resource and subresource, whatever
+    /// the verb); the others wait their turn, in the order asked within a kind. 0 for no
+    /// bound. Each request at once is a connection of its own (HTTP/1.1), with its memory.
+    #[arg(long, default_value_t = 128)]
+    pub max_in_flight: u32,
+    /// Requests per second to the API server, on average (client-side token bucket,
+    /// as client-go's); 0 turns the limit off.
+    #[arg(long, default_value_t = 1000.0)]
+    pub qps: f64,
+    /// Requests that may go at once above `--qps` (the bucket's size).
+    #[arg(long, default_value_t = 2000)]
+    pub burst: u32,
+    /// Events published per second, all rules together, after a burst of 100: when
+    /// thousands of resources change at once, their Events trail behind the writes that
+    /// make them converge. 0: as fast as the client allows.
+    #[arg(long, default_value_t = 20.0)]
+    pub event_qps: f64,
+    /// Seconds between checks of a healthy custom resource with no event.
+    #[arg(long, default_value_t = 600)]
+    pub resync_seconds: u64,
+    /// Watch and act in this namespace only (default: all namespaces).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Address of the admin server (/metrics, /livez, /readyz, /status); port 0 picks one.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub admin_addr: SocketAddr,
+    /// Reconcile only while holding the leader Lease.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "ruleop-leader")]
+    pub lease_name: String,
+    /// Seconds a standby waits after the Lease last changed before taking it over.
+    #[arg(long, default_value_t = 15)]
+    pub lease_duration: u64,
+    /// Seconds after the start of its last successful renewal at which the leader stops
+    /// writing (default: 2/3 of the lease duration). Must be shorter than the lease duration.
+    #[arg(long)]
+    pub renew_deadline: Option<f64>,
+    /// Seconds between attempts to renew or acquire the Lease (default: 1/5 of the renew deadline).
+    #[arg(long)]
+    pub retry_period: Option<f64>,
+    /// This process's identity in the Lease (default: $POD_NAME, else host name and pid).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Create or update each rule's CRD from its `schema` when the rule starts (a change
+    /// that would break stored resources is refused and logged; the served CRD stays).
+    /// Needs `ruleop rbac --install-crds`.
+    #[arg(long)]
+    pub install_crds: bool,
+    /// Seconds between rechecks of the rules files, besides file-change notifications.
+    #[arg(long, default_value_t = 10)]
+    pub rules_poll_seconds: u64,
+    /// Which Events to publish on custom resources: `all` (children created, updated,
+    /// pruned, and problems), `warnings` (problems only: each Normal Event is one more
+    /// write per change, which at scale the API server feels), or `none`.
+    #[arg(long, value_enum, default_value = "all")]
+    pub events: EventLevel,
+    /// Seconds after which the API server ends each watch (it is then resumed). A watch
+    /// connection silent for this long plus 10 s is dropped and re-established.
+    #[arg(long, default_value_t = 290)]
+    pub watch_timeout_seconds: u32,
+}

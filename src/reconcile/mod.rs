@@ -1,0 +1,242 @@
+//! One reconcile of one custom resource: render (pure) → apply the children that differ
+//! → prune the ones no longer rendered → compute the status (pure) → write it only if it
+//! changed. A user's mistake is written on the custom resource and waits for a change; a
+//! passing fault is returned as an error and retried with per-object backoff.
+//!
+//! Owns: the reconcile and its parts: what it works with ([`ctx`]: the process's, the
+//! rule's and each resource's), one record per resource ([`record`]), the children's round
+//! ([`children`], [`prune`]), the existing objects looked up ([`lookups`]), the status
+//! write ([`status_write`]), ordered deletion ([`deletion`]), what it reports
+//! ([`report`]) and when it comes back ([`backoff`]).
+//!
+//! Uses: the pipeline below it (`rules`, `render`, `apply`, `status`), `cache`, `events`,
+//! `client` and `metrics`. Used by: `operator`, which runs one controller per rule.
+
+pub mod backoff;
+pub mod children;
+pub mod ctx;
+pub mod deletion;
+pub mod lookups;
+pub mod outcome;
+pub mod prune;
+pub mod record;
+pub mod report;
+pub mod status_write;
+
+pub use ctx::{Ctx, KindTable, Kinds, Listed, Process};
+pub use outcome::ReconcileError;
+pub use record::Records;
+
+use crate::apply::ApplyError;
+use crate::cache::cached::Cached;
+use crate::render::{self, Plan, RenderError, Rendered};
+use backoff::{backoff, jittered};
+use children::Round;
+use futures::FutureExt;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
+use outcome::{Problem, Retry, Sync};
+use record::ResourceId;
+use report::{key_of, publish_applied, report_problem};
+use status_write::{Seen, write_status};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a resource refused for a reason in itself waits before it is tried again
+/// anyway (the cause may have been outside: an admission policy).
+const RETRY_INVALID: Duration = Duration::from_secs(300);
+
+/// After this many consecutive passing faults, `Synced=False` reason `Retrying` says so.
+const SAY_RETRYING_AFTER: u32 = 4;
+
+/// Called by the controller when [`reconcile`] fails.
+pub fn error_policy(cr: Arc<Cached>, err: &ReconcileError, ctx: Arc<Ctx>) -> Action {
+    ctx.process.metrics.error(&ctx.rule.name, err.category());
+    let n = ctx.records.count_failure(&ResourceId::of(&*cr));
+    let delay = backoff(n - 1);
+    tracing::warn!(rule = %ctx.rule.name, object = %key_of(&*cr), error = %err, attempt = n, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Reconciles one custom resource (read whole from its cached text). kube-runtime runs
+/// each reconcile on a task of its own and takes a panic there for its own end (the rule's
+/// controller would stop); a panic (a bug in ruleop) is caught here instead and becomes an
+/// error of this resource alone, retried with backoff.
+pub async fn reconcile(cached: Arc<Cached>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+    let cr = Arc::new(cached.object().map_err(ReconcileError::Decode)?);
+    AssertUnwindSafe(reconcile_object(cr, ctx))
+        .catch_unwind()
+        .await
+        .map_err(|p| ReconcileError::Panicked(panic_message(p.as_ref())))?
+}
+
+/// What a panic said.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}
+
+async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+    let synced = ctx.kinds.listed.ready();
+    let r = ResourceId::of(&*cr);
+    if cr.metadata.deletion_timestamp.is_some() {
+        if deletion::has_finalizer(&cr) {
+            if !synced {
+                return Ok(Action::requeue(Duration::from_millis(250)));
+            }
+            return deletion::step(&ctx, &r, &cr).await;
+        }
+        // The garbage collector removes the children (ownerReferences); writes still on
+        // their way have nothing left to do.
+        ctx.records.abandon_writes(&r);
+        return Ok(Action::await_change());
+    }
+    if !synced {
+        // A child not in the cache yet would be taken for a missing one.
+        return Ok(Action::requeue(Duration::from_millis(250)));
+    }
+    deletion::keep_finalizer(&ctx, &cr).await?;
+    let rule = &ctx.rule;
+    let _timer = ctx.process.metrics.reconcile(&rule.name);
+    let ns = cr.namespace().unwrap_or_default();
+    let cr_json = serde_json::to_value(&*cr).map_err(ReconcileError::Decode)?;
+
+    // The template variables (with the existing objects found), built once for the
+    // children and the status.
+    let scope = render::scope(rule, &cr_json).and_then(|s| lookups::resolve(&ctx, &r, s));
+    let live = |c: &Rendered| ctx.live(&ns, c);
+    let rendered = scope
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|s| render::render_with(rule, s, &live));
+    let (sync, round) = sync_children(&ctx, &cr, &ns, &r, &rendered).await;
+    let plan = rendered.as_ref().ok();
+    if let Some(e) = round.transient {
+        // A passing fault: retried with backoff. Once it has lasted a few rounds, the
+        // resource says so (a fault that lasts is not to be hidden behind an old status).
+        if matches!(e, ApplyError::NotLeader) {
+            return Err(ReconcileError::NotLeader);
+        }
+        if ctx.records.failures(&r) + 1 >= SAY_RETRYING_AFTER {
+            let retrying = Sync::of(vec![Problem {
+                reason: "Retrying",
+                message: e.to_string(),
+                retry: Retry::Backoff,
+            }]);
+            let seen = Seen {
+                scope: scope.as_ref().ok(),
+                plan,
+                observed: &round.observed,
+            };
+            if let Err(w) = write_status(&ctx, &r, &cr, &cr_json, &seen, &retrying).await {
+                tracing::debug!(error = %w, "status of a retried resource not written");
+            }
+        }
+        return Err(ReconcileError::Apply(e));
+    }
+    if let Sync::Failed(p) = &sync {
+        report_problem(&ctx, &cr, &cr_json, p);
+    }
+    if round.cache_behind && sync == Sync::Ok {
+        // A child we wrote is not in the cache yet: its watch event triggers another
+        // reconcile, which writes the status from it (now it would be stale, and written twice).
+        tracing::debug!(rule = %rule.name, object = %key_of(&*cr), "status waits for the cache to show our writes");
+    } else {
+        let seen = Seen {
+            scope: scope.as_ref().ok(),
+            plan,
+            observed: &round.observed,
+        };
+        write_status(&ctx, &r, &cr, &cr_json, &seen, &sync).await?;
+    }
+    publish_applied(&ctx, &cr, &round.applied);
+    let after = next_look(&ctx, &r, &sync);
+    // A write on its way is looked at again soon, whatever else (its failure brings no
+    // watch event).
+    Ok(Action::requeue(if round.on_its_way {
+        after.min(record::RECHECK)
+    } else {
+        after
+    }))
+}
+
+/// When a resource is looked at again with no event, after a round with this outcome.
+fn next_look(ctx: &Ctx, r: &ResourceId, sync: &Sync) -> Duration {
+    match sync {
+        Sync::Ok => {
+            ctx.records.reset_failures(r);
+            jittered(ctx.process.resync)
+        }
+        Sync::Failed(Problem {
+            retry: Retry::OnChange,
+            ..
+        }) => {
+            ctx.records.reset_failures(r);
+            RETRY_INVALID
+        }
+        Sync::Failed(Problem {
+            retry: Retry::Backoff,
+            ..
+        }) => backoff(ctx.records.count_failure(r) - 1),
+        Sync::Failed(Problem {
+            retry: Retry::Soon, ..
+        }) => record::RECHECK,
+    }
+}
+
+/// Applies and prunes the children of a render, and says what became of them.
+async fn sync_children(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    ns: &str,
+    r: &ResourceId,
+    rendered: &Result<Plan, RenderError>,
+) -> (Sync, Round) {
+    let problem = |reason, message| {
+        let p = Problem {
+            reason,
+            message,
+            retry: Retry::OnChange,
+        };
+        (Sync::of(vec![p]), Round::default())
+    };
+    let out = match rendered {
+        Err(e) => return problem("RenderFailed", e.to_string()),
+        Ok(out) => out,
+    };
+    if let Some(message) = scope_problem(ctx, &out.children) {
+        return problem("ClusterScopedChild", message);
+    }
+    let mut round = children::apply_children(ctx, ns, r, &out.children).await;
+    prune::prune_children(ctx, cr, ns, &r.uid, out, &mut round).await;
+    prune::observe_waiting(ctx, ns, &r.uid, out, &mut round);
+    let mut problems = std::mem::take(&mut round.problems);
+    if !out.waiting.is_empty() {
+        let message = out
+            .waiting
+            .iter()
+            .map(|w| format!("child `{}` {}", w.id, w.reason))
+            .collect::<Vec<_>>()
+            .join("; ");
+        problems.push(Problem {
+            reason: "Waiting",
+            message,
+            retry: Retry::OnChange,
+        });
+    }
+    (Sync::of(problems), round)
+}
+
+/// A child whose kind is cluster-scoped (known only from discovery) is refused.
+fn scope_problem(ctx: &Ctx, children: &[Rendered]) -> Option<String> {
+    children.iter().find_map(|c| {
+        let (_, k) = ctx.child(&c.id)?;
+        (!k.resolved.namespaced).then(|| {
+            format!("child `{}`: {} is cluster-scoped; children always live in the custom resource's namespace; nothing was created", c.id, c.kind)
+        })
+    })
+}
