@@ -183,7 +183,7 @@ impl Metrics {
             .inc();
     }
 
-    /// A child write that went on by itself (see `controller::slow`).
+    /// A child write that went on by itself (see `reconcile::record`).
     pub fn slow_write(&self, rule: &str) {
         self.slow_writes
             .get_or_create(&RuleLabels {

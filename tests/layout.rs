@@ -42,7 +42,8 @@ fn sources(root: &Path) -> Vec<(PathBuf, Source)> {
             let path = entry.expect("a directory entry").path();
             if path.is_dir() {
                 stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
+            } else if path.extension().is_some_and(|e| e == "rs") && path != root.join("main.rs") {
+                // (main.rs is the binary's own crate: it only calls `ruleop::cli::main`.)
                 let rel = path.strip_prefix(root).expect("under src/");
                 let mut module: Vec<String> = rel
                     .with_extension("")
@@ -131,7 +132,9 @@ fn code_only(text: &str) -> String {
         } else if c[i] == '\'' {
             // A character literal ('a', '\n', '\u{1F600}') or a lifetime ('a).
             if next == Some('\\') {
-                i += 2;
+                // The quote, the backslash and the escaped character ('\'' too), then up to
+                // the closing quote ('\u{1F600}').
+                i += 3;
                 while i < c.len() && c[i] != '\'' {
                     i += 1;
                 }
@@ -461,6 +464,34 @@ fn within(g: &Graph, group: &[PathBuf]) -> String {
     lines.join("\n")
 }
 
+/// The uses that go up the layers, one per line.
+fn upward(g: &Graph, layers: &[&str]) -> Vec<String> {
+    let rank = |p: &Path| {
+        let t = top(p);
+        (t.clone(), layers.iter().position(|l| *l == t))
+    };
+    let mut wrong = Vec::new();
+    for (from, tos) in &g.edges {
+        let (ft, fr) = rank(from);
+        if ft == "lib" {
+            continue;
+        }
+        if fr.is_none() {
+            wrong.push(format!(
+                "  src/{} is in no layer: add `{ft}` to LAYERS",
+                from.display()
+            ));
+        }
+        for to in tos {
+            let (tt, tr) = rank(to);
+            if tt != ft && tr > fr {
+                wrong.push(format!("  {} uses {}", from.display(), to.display()));
+            }
+        }
+    }
+    wrong
+}
+
 #[test]
 fn no_file_is_in_an_import_circle() {
     let g = graph();
@@ -478,34 +509,52 @@ fn no_file_is_in_an_import_circle() {
 
 #[test]
 fn no_module_uses_one_above_it_in_the_pipeline() {
-    let g = graph();
-    let rank = |p: &Path| {
-        let t = top(p);
-        (t.clone(), LAYERS.iter().position(|l| *l == t))
-    };
-    let mut wrong = Vec::new();
-    for (from, tos) in &g.edges {
-        let (ft, fr) = rank(from);
-        if ft == "lib" || ft == "main" {
-            continue;
-        }
-        assert!(
-            fr.is_some(),
-            "src/{} is in no layer: add `{ft}` to LAYERS",
-            from.display()
-        );
-        for to in tos {
-            let (tt, tr) = rank(to);
-            if tt != ft && tr > fr {
-                wrong.push(format!("  {} uses {}", from.display(), to.display()));
-            }
-        }
-    }
+    let wrong = upward(&graph(), LAYERS);
     assert!(
         wrong.is_empty(),
         "arrows up the pipeline ({}):\n{}",
         LAYERS.join(" → "),
         wrong.join("\n")
+    );
+}
+
+#[test]
+fn a_planted_circle_and_an_arrow_up_are_found() {
+    let f = |s: &str| PathBuf::from(s);
+    let edges: BTreeMap<PathBuf, BTreeSet<PathBuf>> = [
+        (f("rules/a.rs"), [f("rules/b.rs")].into()),
+        (f("rules/b.rs"), [f("rules/c.rs")].into()),
+        (
+            f("rules/c.rs"),
+            [f("rules/a.rs"), f("render/mod.rs")].into(),
+        ),
+        (f("render/mod.rs"), [f("rules/a.rs")].into()),
+        (f("render/x.rs"), BTreeSet::new()),
+    ]
+    .into();
+    let g = Graph {
+        files: edges.keys().cloned().collect(),
+        edges,
+    };
+    let found = circles(&g);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        found[0].len(),
+        4,
+        "render/mod.rs closes the circle too: {found:?}"
+    );
+    assert_eq!(
+        upward(&g, &["rules", "render"]),
+        ["  rules/c.rs uses render/mod.rs"]
+    );
+    let unlayered = upward(&g, &["rules"]);
+    assert!(
+        unlayered
+            .iter()
+            .filter(|l| l.contains("is in no layer"))
+            .count()
+            == 2,
+        "render is in no layer: {unlayered:?}"
     );
 }
 
@@ -523,7 +572,7 @@ fn the_reader_finds_uses_in_trees_paths_and_child_modules() {
         text: r#"
             use crate::d::{self, X as Y};
             // use crate::nothing;
-            pub(in crate::d) fn f() { let s = "crate::nothing::x"; b::g(); }
+            pub(in crate::d) fn f() { let s = "crate::nothing::x"; let q = ['\'','"']; b::g(); }
             mod tests { use super::c::Z; }
         "#
         .into(),

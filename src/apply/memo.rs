@@ -121,7 +121,9 @@ fn resource_version(live: Option<&Value>) -> Option<&str> {
 /// object, or holds an older version of it). A status computed from it now would be stale;
 /// the watch event that brings our write is on its way and triggers another reconcile.
 pub fn cache_behind(live: Option<&Value>, last: Option<&Written>) -> bool {
-    last.is_some_and(|w| w.lag(live) == Lag::Behind)
+    // (A cached object always has a resourceVersion; one without is not awaited.)
+    let unversioned = live.is_some() && resource_version(live).is_none();
+    !unversioned && last.is_some_and(|w| w.lag(live) == Lag::Behind)
 }
 
 /// Whether `desired` must be applied, given the live object (if the cache has one) and

@@ -1,5 +1,5 @@
 //! Whether this replica may write now: every request that changes the cluster asks first.
-//! Leader election (controller::leader) sets its deadline; without election it always holds.
+//! Leader election ([`super::lease`]) sets its deadline; without election it always holds.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

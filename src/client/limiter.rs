@@ -4,7 +4,7 @@
 //! buffer, so a request that finds the bucket empty holds the ones behind it too (first
 //! come, first served). The time requests spent waiting is counted
 //! (`ruleop_client_rate_limiter_wait_seconds_total`); the requests are counted at the gate
-//! below (`in_flight`).
+//! below ([`super::gate`]).
 
 use crate::metrics::Metrics;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};

@@ -7,7 +7,7 @@
 //! ([`reload`]), each rule's CRD installed ([`crds`]), the kinds each rule has made
 //! ([`inventory`]) and the admin endpoints ([`admin`]).
 //!
-//! Uses: everything below it. Used by: the CLI.
+//! Uses: everything below it. Used by: the CLI, and `rbac` (the inventory's name).
 
 pub mod admin;
 pub mod args;

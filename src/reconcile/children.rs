@@ -295,9 +295,9 @@ fn record(
         .and_then(|l| l.pointer("/metadata/resourceVersion"))
         .and_then(Value::as_str);
     // An apply that changed nothing (the server keeps `500m` where we sent `0.5`) is no
-    // write: no metric, no Event; the memo keeps the next reconcile from sending it again.
+    // write: no metric, no Event; the record keeps the next reconcile from sending it again.
     let changed = live_rv != Some(rv.as_str());
-    // Trimmed as the cache trims it, so the memo compares like with like.
+    // Trimmed as the cache trims it, so the record compares like with like.
     if let Some((_, kind)) = ctx.child(&c.id) {
         kind.keep.apply(&mut obj.data);
     }

@@ -91,8 +91,10 @@ async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Actio
             return deletion::step(&ctx, &r, &cr).await;
         }
         // The garbage collector removes the children (ownerReferences); writes still on
-        // their way have nothing left to do.
+        // their way have nothing left to do, and the existing objects it read no longer
+        // concern it. (Its record goes with the watch's delete event.)
         ctx.records.abandon_writes(&r);
+        ctx.records.set_lookups(&r, Vec::new());
         return Ok(Action::await_change());
     }
     if !synced {

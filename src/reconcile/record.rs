@@ -99,8 +99,15 @@ impl<W> Drop for Pending<W> {
 enum ChildWrite<W> {
     /// Answered: what the cache must show before it is current.
     Done(Written),
-    /// Sent by a reconcile that stopped waiting for it.
-    OnItsWay(Pending<W>),
+    /// Sent by a reconcile that stopped waiting for it; the last answered write is kept
+    /// for when this one fails.
+    OnItsWay(Pending<W>, Option<Written>),
+}
+
+impl<W> ChildWrite<W> {
+    fn on_its_way(&self) -> bool {
+        matches!(self, ChildWrite::OnItsWay(..))
+    }
 }
 
 /// The status ruleop last wrote to a resource, as JSON text (a tree would cost kilobytes
@@ -141,10 +148,7 @@ impl<W> Record<W> {
     }
 
     fn on_their_way(&self) -> usize {
-        self.children
-            .values()
-            .filter(|w| matches!(w, ChildWrite::OnItsWay(_)))
-            .count()
+        self.children.values().filter(|w| w.on_its_way()).count()
     }
 }
 
@@ -158,12 +162,18 @@ struct Inner<W> {
 }
 
 impl<W> Inner<W> {
-    /// The one place a record goes.
+    /// The one place a record goes (besides all of them at once, when the rule stops).
     fn drop_record(&mut self, key: &ResourceKey) {
         if let Some(r) = self.records.remove(key) {
-            self.on_their_way -= r.on_their_way();
+            self.stopped(r.on_their_way());
             self.unindex(key, &r.lookups);
         }
+    }
+
+    /// `n` writes are no longer on their way.
+    fn stopped(&mut self, n: usize) {
+        debug_assert!(n <= self.on_their_way, "writes on their way miscounted");
+        self.on_their_way = self.on_their_way.saturating_sub(n);
     }
 
     fn ensure(&mut self, key: ResourceKey, uid: &str) {
@@ -193,10 +203,25 @@ impl<W> Inner<W> {
 
     fn remove_write(&mut self, r: &ResourceId, child: &ObjectKey) -> Option<ChildWrite<W>> {
         let w = self.get(r)?.children.remove(child)?;
-        if matches!(w, ChildWrite::OnItsWay(_)) {
-            self.on_their_way -= 1;
+        if w.on_its_way() {
+            self.stopped(1);
         }
         Some(w)
+    }
+
+    /// The record that holds what was written to `child`: its owner's (by its controller
+    /// reference), or, for a child that no longer names it, any record that has it.
+    fn holder_of(
+        &mut self,
+        owner: Option<ResourceId>,
+        child: &ObjectKey,
+    ) -> Option<&mut Record<W>> {
+        if let Some(r) = owner {
+            return self.get(&r);
+        }
+        self.records
+            .values_mut()
+            .find(|rec| rec.children.contains_key(child))
     }
 }
 
@@ -270,6 +295,9 @@ impl<W> Records<W> {
     /// goes (and, after a re-list, what it says of children gone meanwhile, unless just
     /// written or on their way).
     pub fn follow_child(&self, ar: &ApiResource, ev: &Event<DynamicObject>) {
+        if matches!(ev, Event::Apply(_)) {
+            return;
+        }
         let kind = (ar.api_version.clone(), ar.kind.clone());
         let listed = {
             let mut relists = self.child_relists.lock().unwrap_or_else(|p| p.into_inner());
@@ -290,18 +318,16 @@ impl<W> Records<W> {
             }
         };
         let mut inner = self.lock();
-        if let Event::Delete(o) = ev
-            && let Some((uid, name)) = controller_ref_of(o)
-        {
-            let r = ResourceId {
+        if let Event::Delete(o) = ev {
+            let owner = controller_ref_of(o).map(|(uid, name)| ResourceId {
                 key: ResourceKey {
                     namespace: o.namespace().unwrap_or_default(),
                     name: name.to_string(),
                 },
                 uid: uid.to_string(),
-            };
+            });
             let key = ObjectKey::of_object(ar, o);
-            if let Some(rec) = inner.get(&r)
+            if let Some(rec) = inner.holder_of(owner, &key)
                 && matches!(rec.children.get(&key), Some(ChildWrite::Done(_)))
             {
                 rec.children.remove(&key);
@@ -311,7 +337,7 @@ impl<W> Records<W> {
             let listed: HashSet<ObjectKey> = listed.into_iter().collect();
             for rec in inner.records.values_mut() {
                 rec.children.retain(|k, w| match w {
-                    ChildWrite::OnItsWay(_) => true,
+                    ChildWrite::OnItsWay(..) => true,
                     ChildWrite::Done(d) => {
                         !(k.api_version == kind.0 && k.kind == kind.1)
                             || listed.contains(k)
@@ -324,9 +350,9 @@ impl<W> Records<W> {
 
     /// What ruleop last wrote to `child` of `r`, once answered.
     pub fn written(&self, r: &ResourceId, child: &ObjectKey) -> Option<Written> {
-        self.with(r, |rec| match rec.children.get(child) {
-            Some(ChildWrite::Done(w)) => Some(w.clone()),
-            _ => None,
+        self.with(r, |rec| match rec.children.get(child)? {
+            ChildWrite::Done(w) => Some(w.clone()),
+            ChildWrite::OnItsWay(_, last) => last.clone(),
         })
         .flatten()
     }
@@ -349,11 +375,19 @@ impl<W> Records<W> {
     pub fn abandon_writes(&self, r: &ResourceId) {
         let mut inner = self.lock();
         let Some(rec) = inner.get(r) else { return };
-        let before = rec.children.len();
+        let mut stopped = 0;
+        for w in rec.children.values_mut() {
+            if let ChildWrite::OnItsWay(_, last) = w {
+                stopped += 1;
+                *w = match last.take() {
+                    Some(last) => ChildWrite::Done(last),
+                    None => continue,
+                };
+            }
+        }
         rec.children
-            .retain(|_, w| !matches!(w, ChildWrite::OnItsWay(_)));
-        let stopped = before - rec.children.len();
-        inner.on_their_way -= stopped;
+            .retain(|_, w| !matches!(w, ChildWrite::OnItsWay(_, None)));
+        inner.stopped(stopped);
     }
 
     /// The status ruleop last wrote to `r`.
@@ -449,23 +483,31 @@ impl<W: Send + 'static> Records<W> {
     pub async fn take(&self, r: &ResourceId, child: &ObjectKey) -> Option<Step<W>> {
         let pending = {
             let mut inner = self.lock();
-            match inner.get(r)?.children.get(child)? {
+            let rec = inner.get(r)?;
+            let finished = match rec.children.get(child)? {
                 ChildWrite::Done(_) => return None,
-                ChildWrite::OnItsWay(p) if !p.0.is_finished() => return Some(Step::OnItsWay),
-                ChildWrite::OnItsWay(_) => {}
+                ChildWrite::OnItsWay(p, _) => p.0.is_finished(),
+            };
+            if !finished {
+                return Some(Step::OnItsWay);
             }
-            match inner.remove_write(r, child)? {
-                ChildWrite::OnItsWay(p) => p,
-                ChildWrite::Done(_) => return None,
+            let Some(ChildWrite::OnItsWay(p, last)) = inner.remove_write(r, child) else {
+                return None;
+            };
+            // What was answered before stays known until this answer is booked.
+            if let (Some(last), Some(rec)) = (last, inner.get(r)) {
+                rec.children.insert(child.clone(), ChildWrite::Done(last));
             }
+            p
         };
         // Finished: this does not wait.
         Some(Step::Done(take_answer(pending).await))
     }
 
     /// Sends `write` for `child` of `r` and waits for its answer up to `patience`; after
-    /// that it goes on by itself, kept in `r`'s record (see [`Records::take`]). A resource
-    /// gone meanwhile has its write stopped.
+    /// that it goes on by itself, kept in `r`'s record (see [`Records::take`]), and is
+    /// stopped if the record goes. Without room for it, or with the record gone, it is
+    /// waited for here.
     pub async fn send<F>(
         &self,
         r: &ResourceId,
@@ -476,27 +518,32 @@ impl<W: Send + 'static> Records<W> {
     where
         F: Future<Output = W> + Send + 'static,
     {
-        let mut pending = Pending(tokio::spawn(write.instrument(tracing::Span::current())));
-        if let Ok(answer) = tokio::time::timeout(patience, &mut pending.0).await {
+        let mut handle = tokio::spawn(write.instrument(tracing::Span::current()));
+        if let Ok(answer) = tokio::time::timeout(patience, &mut handle).await {
             return Step::Done(answer);
         }
         {
-            let mut inner = self.lock();
+            let mut guard = self.lock();
+            let inner = &mut *guard;
             let room = inner.on_their_way < self.room;
-            let gone = inner.get(r).is_none();
-            if gone {
-                pending.0.abort();
-            } else if room {
-                inner.remove_write(r, &child);
-                if let Some(rec) = inner.get(r) {
-                    rec.children.insert(child, ChildWrite::OnItsWay(pending));
+            let rec = inner.records.get_mut(&r.key).filter(|rec| rec.uid == r.uid);
+            if let (true, Some(rec)) = (room, rec) {
+                // (None is on its way already: no second write is sent while one is.)
+                let (last, out) = match rec.children.remove(&child) {
+                    Some(ChildWrite::Done(w)) => (Some(w), false),
+                    Some(ChildWrite::OnItsWay(_, last)) => (last, true),
+                    None => (None, false),
+                };
+                rec.children
+                    .insert(child, ChildWrite::OnItsWay(Pending(handle), last));
+                if !out {
                     inner.on_their_way += 1;
-                    return Step::OnItsWay;
                 }
+                return Step::OnItsWay;
             }
         }
-        // No room (or the resource is gone and its write stopped): its end, here.
-        Step::Done(take_answer(pending).await)
+        // No room, or the resource is gone: its end, here.
+        Step::Done(handle.await)
     }
 }
 

@@ -5,6 +5,12 @@
 //! are put into the tree as values: never parsed as YAML again. So a custom resource can
 //! never change the shape of a child, whatever its strings hold. A lone `{{ expr }}` keeps
 //! the type of its value (an integer stays an integer); text around it makes a string.
+//!
+//! Owns: the template variables ([`context`]), one object ([`object`]), the walk over the
+//! children in graph order that says who waits ([`graph`]), what existing objects to look
+//! up ([`existing`]), a live child's readiness ([`readiness`]) and the rendered object's
+//! shape ([`model`]). Uses: `rules` and `schema` only. Used by: `apply`, `status`,
+//! `reconcile`, the CLI.
 
 mod context;
 mod existing;

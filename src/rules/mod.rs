@@ -1,5 +1,12 @@
 //! Step 1 of the pipeline: load rules files and check them. Everything here is pure and
 //! works without a cluster.
+//!
+//! Owns: the rules format ([`spec`]), loading files with their lines ([`load`],
+//! [`lines`]), compiling a rule ([`compile`]: templates, children, links, status fields),
+//! the children's graph ([`graph`]), the template engine's program and helpers
+//! ([`program`], [`helpers`]), a rule checked against its kind's CRD ([`crd`]), errors
+//! ([`error`]) and the rules in force with their last good versions ([`book`]).
+//! Uses: `schema` and `suggest`. Used by: everything above it.
 
 pub mod book;
 pub mod compile;

@@ -5,6 +5,10 @@
 //! out, and says so in the report); several matches fill an `array` field and are an
 //! error for any other type; a value of the wrong type is an error. Errors never stop the
 //! other fields: each is reported, and the field takes its default or is left out.
+//!
+//! Owns: the status fields and the `Ready` verdict, the conditions' merge
+//! ([`merge_conditions`]) and the status fields a kind's schema drops ([`StatusSchema`]).
+//! Uses: `rules`, `render` (the plan, readiness). Used by: `reconcile`, the CLI.
 
 mod conditions;
 

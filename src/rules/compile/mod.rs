@@ -1,6 +1,10 @@
 //! Turns a [`RuleSpec`] into a [`CompiledRule`]: every template, expression and JSONPath
 //! compiled once, every reference checked, every problem reported with its line.
 //! Pure: no cluster is needed, so `ruleop check` runs anywhere.
+//!
+//! Owns: the compiler's state and the names templates see ([`compiler`]), templates node
+//! by node ([`template`]), each child and existing object ([`child`]), the links between
+//! them ([`link`]), the status fields ([`fields`]) and the compiled rule ([`model`]).
 
 use super::error::LoadError;
 use super::helpers;
