@@ -1,0 +1,86 @@
+//! ruleop run as a ServiceAccount: the RBAC `ruleop rbac` generates for some rules
+//! (optionally with rules taken out), and a kubeconfig with the account's token.
+
+use super::kubectl_ok;
+use serde_json::{Value, json};
+
+/// The RBAC `ruleop rbac` prints for `rules` (files, relative to the project or absolute),
+/// for resources in `ns` and the operator's state in `op_ns`, named `name`; without the
+/// rules `drop` says no to (given the resources of each rule).
+pub fn generated_rbac(
+    rules: &[&str],
+    ns: &str,
+    op_ns: &str,
+    name: &str,
+    drop: impl Fn(&[&str]) -> bool,
+) -> String {
+    let mut args = vec!["rbac"];
+    for r in rules {
+        args.extend(["--rules", r]);
+    }
+    args.extend([
+        "--namespace",
+        ns,
+        "--operator-namespace",
+        op_ns,
+        "--name",
+        name,
+    ]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"))
+        .args(&args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut docs = Vec::new();
+    for d in serde_yaml::Deserializer::from_str(&text) {
+        use serde::Deserialize;
+        let mut v = Value::deserialize(d).unwrap();
+        if let Some(rules) = v.get_mut("rules").and_then(Value::as_array_mut) {
+            rules.retain(|r| {
+                let resources: Vec<&str> = r["resources"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                !drop(&resources)
+            });
+        }
+        docs.push(serde_yaml::to_string(&v).unwrap());
+    }
+    docs.join("---\n")
+}
+
+/// A kubeconfig for the ServiceAccount `sa` of `op_ns` (made if missing), with a token of
+/// an hour; its folder goes when the first value is dropped.
+pub fn service_account_kubeconfig(op_ns: &str, sa: &str) -> (tempfile::TempDir, String) {
+    let _ = super::kubectl(&["create", "serviceaccount", sa, "-n", op_ns], None);
+    let token = kubectl_ok(
+        &["create", "token", sa, "-n", op_ns, "--duration", "1h"],
+        None,
+    );
+    let admin: Value = serde_yaml::from_str(&kubectl_ok(
+        &["config", "view", "--raw", "-o", "yaml"],
+        None,
+    ))
+    .unwrap();
+    let cluster = &admin["clusters"][0]["cluster"];
+    let kubeconfig = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": cluster["server"], "certificate-authority-data": cluster["certificate-authority-data"]}}],
+        "users": [{"name": "sa", "user": {"token": token.trim()}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
+        "current-context": "sa",
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(&kc, serde_yaml::to_string(&kubeconfig).unwrap()).unwrap();
+    let kc = kc.to_str().unwrap().to_string();
+    (dir, kc)
+}
