@@ -26,7 +26,7 @@ async fn wait_gone(kind: &str, ns: &str, name: &str) {
 /// What ruleop could have written of an object (its status only for the custom resource:
 /// a Deployment's is the controller-manager's).
 fn written(v: &Value, with_status: bool) -> Value {
-    common::written_view(v, with_status)
+    common::view::written_view(v, with_status)
 }
 
 #[tokio::test]

@@ -219,8 +219,8 @@ async fn the_origins_myapp_runs_with_its_crd_as_printed_and_its_children_are_tak
     tokio::time::sleep(Duration::from_secs(3)).await;
     let settled = get_json("myapp", ns, "my-app").unwrap();
     assert_eq!(
-        common::written_view(&settled, true),
-        common::written_view(&m, true),
+        common::view::written_view(&settled, true),
+        common::view::written_view(&m, true),
         "the status settles"
     );
     assert!(

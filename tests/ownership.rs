@@ -14,7 +14,7 @@ const T: Duration = Duration::from_secs(60);
 /// What ruleop could have written of a child (not its resourceVersion: the
 /// controller-manager writes a Deployment's status).
 fn written(v: &Value) -> Value {
-    common::written_view(v, false)
+    common::view::written_view(v, false)
 }
 
 fn uid(v: &Value) -> String {

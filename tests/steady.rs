@@ -221,7 +221,7 @@ async fn a_minute_of_steady_state_brings_no_writes_and_bounded_reconciles() {
     let rv = |kind: &str| {
         list_at(&kc, kind, &ns, None)
             .iter()
-            .map(|o| common::written_view(o, kind == "websites"))
+            .map(|o| common::view::written_view(o, kind == "websites"))
             .collect::<Vec<_>>()
     };
     let before = (rv("websites"), rv("deployments"), rv("services"));

@@ -274,13 +274,13 @@ async fn an_object_labelled_for_another_rule_is_never_adopted() {
         "metadata": {"name": "o-cm", "namespace": ns, "labels": {"ruleop.dev/rule": "someone-else"}},
         "data": {"theirs": "yes"}});
     kubectl_ok(&["apply", "-f", "-"], Some(&theirs.to_string()));
-    let before = common::written_view(&get_json("configmap", &ns, "o-cm").unwrap(), false);
+    let before = common::view::written_view(&get_json("configmap", &ns, "o-cm").unwrap(), false);
     let _op = Operator::start(&ns, &[&rules], &[]);
     apply_box(&ns, "o", json!({}));
     let m = synced_reason(&ns, "o", "NotOwned").await;
     assert!(m.contains("someone-else"), "names the other rule: {m}");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = common::written_view(&get_json("configmap", &ns, "o-cm").unwrap(), false);
+    let after = common::view::written_view(&get_json("configmap", &ns, "o-cm").unwrap(), false);
     assert_eq!(before, after, "the other rule's object was written");
     common::delete_namespace(&ns);
 }

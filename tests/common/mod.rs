@@ -7,8 +7,6 @@ pub mod fleet;
 pub mod proxy;
 pub mod view;
 
-pub use view::written_view;
-
 use kube::Client;
 use std::future::Future;
 use std::time::{Duration, Instant};
