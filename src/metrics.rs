@@ -18,14 +18,14 @@ pub struct RuleLabels {
 pub struct ErrorLabels {
     pub rule: String,
     /// One of: render, apply_refused, forbidden, not_owned, cluster_scoped,
-    /// apply_transient, status_write, not_leader.
+    /// apply_transient, status_write, finalizer, not_leader, internal, crd_refused, crd_error.
     pub category: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
     pub rule: String,
-    /// One of: create, update, adopt, prune, status.
+    /// One of: create, update, adopt, prune, orphan, status, finalizer.
     pub action: &'static str,
 }
 
@@ -40,6 +40,8 @@ pub struct Metrics {
     /// Child writes a reconcile stopped waiting for (they went on by themselves).
     pub slow_writes: Family<RuleLabels, Counter>,
     pub retired_kinds_pending: Family<RuleLabels, Gauge>,
+    /// 1 while a rule waits because the cluster has seen a newer version of it.
+    pub rule_older: Family<RuleLabels, Gauge>,
     pub rule_load_failures: Counter,
     pub rule_load_errors: Gauge,
     pub rules_running: Gauge,
@@ -66,6 +68,7 @@ impl Default for Metrics {
         let events_dropped = Family::<RuleLabels, Counter>::default();
         let slow_writes = Family::<RuleLabels, Counter>::default();
         let retired_kinds_pending = Family::<RuleLabels, Gauge>::default();
+        let rule_older = Family::<RuleLabels, Gauge>::default();
         let rule_load_failures = Counter::default();
         let rule_load_errors = Gauge::default();
         let rules_running = Gauge::default();
@@ -121,6 +124,11 @@ impl Default for Metrics {
             retired_kinds_pending.clone(),
         );
         registry.register(
+            "rule_older",
+            "1 while a rule does not run because the cluster has seen a newer version of it than this replica's files hold",
+            rule_older.clone(),
+        );
+        registry.register(
             "events_dropped",
             "Events not published because the rule's event queue was full",
             events_dropped.clone(),
@@ -154,6 +162,7 @@ impl Default for Metrics {
             events_dropped,
             slow_writes,
             retired_kinds_pending,
+            rule_older,
             rule_load_failures,
             rule_load_errors,
             rules_running,

@@ -118,10 +118,10 @@ fn permissions(
             format!("{}/finalizers", rule.watch.resource),
             FINALIZERS,
         );
-        if rule.deletion == crate::rules::spec::DeletionPolicy::Ordered {
-            // The finalizer of ordered deletion is set on the resource itself.
-            add(&w.group, w.resource.clone(), &["patch"]);
-        }
+        // ruleop's finalizers (ordered deletion, orphaned children) are set on the resource
+        // itself, and must be releasable whatever the rule asks now: a rule that drops
+        // `deletion: Ordered` still has resources holding its finalizer.
+        add(&w.group, w.resource.clone(), &["patch"]);
         for c in &rule.children {
             add(c.group(), plural_of(&c.kind), CHILD);
         }
@@ -346,5 +346,26 @@ mod tests {
                 && x["verbs"].as_array().unwrap().iter().any(|y| y == "patch")
         });
         assert!(patch_myapps, "{role}");
+    }
+
+    #[test]
+    fn every_watched_resource_gets_patch_so_finalizers_can_always_be_released() {
+        // Neither rule asks for ordered deletion or orphaned children now; resources may
+        // still carry a finalizer an earlier version of the rule put on.
+        let (rules, _) = crate::rules::load_str(
+            include_str!("../rules/website.yaml"),
+            std::path::Path::new("w.yaml"),
+        );
+        let role = manifests(&rules, &target())[0]["rules"].clone();
+        let patch = role.as_array().unwrap().iter().any(|x| {
+            x["apiGroups"][0] == "sre.example.com"
+                && x["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|y| y == "websites")
+                && x["verbs"].as_array().unwrap().iter().any(|y| y == "patch")
+        });
+        assert!(patch, "{role}");
     }
 }

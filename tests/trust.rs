@@ -98,7 +98,6 @@ const DEPLOYMENT: &str = r#"
 /// Renaming a child's id in the same edit that makes it wait (it now reads a new child
 /// through `observed`) keeps its object: the new id takes it over, nothing is deleted.
 #[tokio::test]
-#[ignore = "issue 26: failed at 28d1a06; on until its fix lands"]
 async fn a_renamed_child_that_waits_keeps_its_object_and_the_new_id_takes_it_over() {
     let client = common::client().await;
     install_crds(&[CRD]);
@@ -138,7 +137,6 @@ async fn a_renamed_child_that_waits_keeps_its_object_and_the_new_id_takes_it_ove
 /// A resource whose 600 items are each refused by the API server still gets a status:
 /// the message is cut to what a condition holds, naming how many more there are.
 #[tokio::test]
-#[ignore = "issue 26: failed at 28d1a06; on until its fix lands"]
 async fn a_status_with_hundreds_of_refusals_is_cut_to_fit_and_written() {
     let client = common::client().await;
     install_crds(&[CRD]);
@@ -169,7 +167,6 @@ async fn a_status_with_hundreds_of_refusals_is_cut_to_fit_and_written() {
 /// `after` waits for the dependency as applied now: when both change in one edit, the
 /// dependent waits until the dependency's new version is ready, not its old one.
 #[tokio::test]
-#[ignore = "issue 26: failed at 28d1a06; on until its fix lands"]
 async fn after_waits_for_the_new_version_of_its_dependency_not_the_old_one() {
     let client = common::client().await;
     install_crds(&[CRD]);
@@ -228,7 +225,6 @@ async fn after_waits_for_the_new_version_of_its_dependency_not_the_old_one() {
 /// One resource whose render would copy a large field into a thousand objects fails its
 /// own render with a clear message; the rule's other resources go on.
 #[tokio::test]
-#[ignore = "issue 26: failed at 28d1a06; on until its fix lands"]
 async fn a_render_past_its_budget_fails_that_resource_alone() {
     let client = common::client().await;
     install_crds(&[CRD]);
@@ -260,7 +256,6 @@ async fn a_render_past_its_budget_fails_that_resource_alone() {
 
 /// An object labelled for another rule is never taken over, whatever the adoption policy.
 #[tokio::test]
-#[ignore = "issue 26: failed at 28d1a06; on until its fix lands"]
 async fn an_object_labelled_for_another_rule_is_never_adopted() {
     let client = common::client().await;
     install_crds(&[CRD]);
@@ -282,5 +277,74 @@ async fn an_object_labelled_for_another_rule_is_never_adopted() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = common::view::written_view(&get_json("configmap", &ns, "o-cm").unwrap(), false);
     assert_eq!(before, after, "the other rule's object was written");
+    common::delete_namespace(&ns);
+}
+
+/// A child with `onRemove: Orphan` is never deleted: when its `when` turns false, when it
+/// leaves the rule and when its resource is deleted, its objects stay, no longer ruleop's.
+#[tokio::test]
+async fn an_orphaned_child_outlives_its_when_its_rule_and_its_resource() {
+    let client = common::client().await;
+    install_crds(&[CRD]);
+    let ns = common::namespace(&client, "trust-orphan").await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = |id: &str, extra: &str| {
+        format!(
+            "  - id: {id}\n    onRemove: Orphan\n{extra}    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: \"{{{{ name }}}}-{id}\"}}, data: {{kept: \"yes\"}}}}\n"
+        )
+    };
+    let with_both = format!(
+        "name: orphan\n{WATCH}\nchildren:\n{}{}  - id: plain\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: \"{{{{ name }}}}-plain\"}}}}\n",
+        data("data", ""),
+        data("maybe", "    when: spec.maybe\n")
+    );
+    let rules = write_rules(dir.path(), &with_both);
+    let op = Operator::start(&ns, &[&rules], &["--rules-poll-seconds", "1"]);
+    apply_box(&ns, "o", json!({"maybe": true}));
+    let b = wait_json("box", &ns, "o", "held for its orphans", |b| {
+        b["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == "ruleop.dev/orphan"))
+    })
+    .await;
+    let box_uid = uid(&b);
+    let mut uids = std::collections::BTreeMap::new();
+    for name in ["o-data", "o-maybe", "o-plain"] {
+        uids.insert(
+            name,
+            uid(&wait_json("configmap", &ns, name, "made", |_| true).await),
+        );
+    }
+    let let_go = |o: &Value| {
+        label(o, "ruleop.dev/rule").is_none()
+            && !o["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| r["uid"] == box_uid.as_str()))
+    };
+    // `when` turns false: its object is let go, not deleted.
+    apply_box(&ns, "o", json!({"maybe": false}));
+    never_recreated("configmap", &ns, "o-maybe", &uids["o-maybe"], let_go).await;
+    // The child leaves the rule.
+    let without = format!(
+        "name: orphan\n{WATCH}\nchildren:\n  - id: plain\n    onRemove: Orphan\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: \"{{{{ name }}}}-plain\"}}}}\n"
+    );
+    std::fs::write(&rules, without).unwrap();
+    never_recreated("configmap", &ns, "o-data", &uids["o-data"], let_go).await;
+    // The resource is deleted: its orphans stay.
+    kubectl_ok(&["delete", "box", "o", "-n", &ns, "--wait=false"], None);
+    eventually(T, "the box gone", || async {
+        get_json("box", &ns, "o").is_none().then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for name in ["o-data", "o-maybe", "o-plain"] {
+        let o = get_json("configmap", &ns, name).unwrap_or_else(|| panic!("{name} was deleted"));
+        assert_eq!(uid(&o), uids[name], "{name} made again");
+        assert!(let_go(&o), "{name} still ruleop's: {o}");
+    }
+    assert!(
+        op.logs().contains("orphaned child"),
+        "the log says what was let go"
+    );
     common::delete_namespace(&ns);
 }

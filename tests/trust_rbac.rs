@@ -31,7 +31,6 @@ fn uid(v: &Value) -> String {
 /// Objects read through a label selector are not taken for gone while their watch has not
 /// listed: the objects made per item stay, untouched, until it lists.
 #[tokio::test]
-#[ignore = "issue 26: failed at 28d1a06; on until its fix lands"]
 async fn a_selector_whose_watch_has_not_listed_prunes_nothing() {
     let client = common::client().await;
     install_crds(&[CRD]);
@@ -83,8 +82,22 @@ async fn a_selector_whose_watch_has_not_listed_prunes_nothing() {
         &["--lease-namespace", &op_ns],
         &[("KUBECONFIG", &kc)],
     );
+    // It runs, and says its children wait for the Secrets to be listed.
+    eventually(T, "the box waiting for the Secrets' watch", || async {
+        get_json("box", &ns, "b")
+            .filter(|b| {
+                condition(b, "Synced").is_some_and(|c| {
+                    c["reason"] == "Waiting"
+                        && c["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("has not listed"))
+                })
+            })
+            .map(|_| ())
+    })
+    .await;
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(20) {
+    while start.elapsed() < Duration::from_secs(15) {
         for (s, u) in ["s1", "s2"].iter().zip(&uids) {
             let cm = get_json("configmap", &ns, &format!("b-{s}"))
                 .unwrap_or_else(|| panic!("b-{s} was pruned while the Secrets were not listed"));
@@ -121,7 +134,6 @@ async fn a_selector_whose_watch_has_not_listed_prunes_nothing() {
 /// A rule that drops `deletion: Ordered`, with its RBAC generated again, still releases the
 /// finalizers it put on its resources: deleting one completes, and its children follow.
 #[tokio::test]
-#[ignore = "issue 26: failed at 28d1a06; on until its fix lands"]
 async fn dropping_ordered_deletion_with_the_rbac_regenerated_still_releases_finalizers() {
     let client = common::client().await;
     install_crds(&[CRD]);

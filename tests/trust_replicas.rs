@@ -24,7 +24,6 @@ fn uid(v: &Value) -> String {
 }
 
 #[tokio::test]
-#[ignore = "issue 26: failed at 28d1a06; on until its fix lands"]
 async fn a_replica_with_an_older_rule_retires_no_kind_the_newer_one_added() {
     let client = common::client().await;
     install_crds(&["tests/fixtures/trust/crd.yaml"]);
@@ -33,14 +32,13 @@ async fn a_replica_with_an_older_rule_retires_no_kind_the_newer_one_added() {
     let watch = "watch: {group: trust.ruleop.dev, version: v1, resource: boxes}";
     let config = "  - id: config\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}-a\"}, data: {a: \"1\"}}\n";
     let secret = "  - id: data\n    template: {apiVersion: v1, kind: Secret, metadata: {name: \"{{ name }}-s\"}, stringData: {s: \"1\"}}\n";
-    let older = dir.path().join("older.yaml");
-    let newer = dir.path().join("newer.yaml");
-    std::fs::write(&older, format!("name: stale\n{watch}\nchildren:\n{config}")).unwrap();
-    std::fs::write(
-        &newer,
-        format!("name: stale\n{watch}\nchildren:\n{config}{secret}"),
-    )
-    .unwrap();
+    // Each replica reads its own copy of the rules, as each kubelet updates its own mount.
+    let a_file = dir.path().join("a.yaml");
+    let b_file = dir.path().join("b.yaml");
+    let v1 = format!("name: stale\n{watch}\nchildren:\n{config}");
+    let v2 = format!("name: stale\n{watch}\nchildren:\n{config}{secret}");
+    std::fs::write(&a_file, &v1).unwrap();
+    std::fs::write(&b_file, &v1).unwrap();
     let args = |id: &'static str| {
         vec![
             "--leader-elect".to_string(),
@@ -52,24 +50,32 @@ async fn a_replica_with_an_older_rule_retires_no_kind_the_newer_one_added() {
             "6".to_string(),
             "--identity".to_string(),
             id.to_string(),
+            "--rules-poll-seconds".to_string(),
+            "1".to_string(),
         ]
     };
     let a_args = args("newer");
     let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
-    let mut a = Operator::start(&ns, &[newer.to_str().unwrap()], &a_args);
-    eventually(T, "the newer replica leads", || async {
+    let mut a = Operator::start(&ns, &[a_file.to_str().unwrap()], &a_args);
+    eventually(T, "the first replica leads", || async {
         (lease_holder(&ns, "trust-stale").as_deref() == Some("newer")).then_some(())
     })
     .await;
     let b = json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Box",
         "metadata": {"name": "b", "namespace": ns}, "spec": {}});
     common::kubectl_ok(&["apply", "-f", "-"], Some(&b.to_string()));
-    let made = wait_json("secret", &ns, "b-s", "made by the newer rule", |_| true).await;
+    wait_json("configmap", &ns, "b-a", "made by the first version", |_| {
+        true
+    })
+    .await;
+    // The new version reaches the leader's files first: it adds a Secret.
+    std::fs::write(&a_file, &v2).unwrap();
+    let made = wait_json("secret", &ns, "b-s", "made by the newer version", |_| true).await;
     let first = uid(&made);
 
     let b_args = args("older");
     let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
-    let older_op = Operator::start(&ns, &[older.to_str().unwrap()], &b_args);
+    let older_op = Operator::start(&ns, &[b_file.to_str().unwrap()], &b_args);
     older_op.admin_addr().await;
     a.kill();
     eventually(

@@ -168,6 +168,7 @@ mod tests {
             object,
             hash,
             item: None,
+            size: 0,
         }
     }
 

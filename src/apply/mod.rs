@@ -29,7 +29,7 @@ pub use memo::{
     not_newer,
 };
 pub use ownership::{AdoptPolicy, Verdict, judge};
-pub use prune::prune;
+pub use prune::{orphan, orphans, prune};
 pub use write::{
     Claim, Outcome, apply, create, has_create_entry, slim, slim_managed_fields, write_child,
 };

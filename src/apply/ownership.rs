@@ -51,8 +51,15 @@ pub fn judge(live: &Value, cr_uid: &str, rule: &str, policy: AdoptPolicy) -> Ver
         .and_then(|r| r.get("uid"))
         .and_then(Value::as_str);
     let ours = controller_uid == Some(cr_uid);
-    if ours && rule_label(live) == Some(rule) {
-        return Verdict::Owned;
+    match rule_label(live) {
+        Some(l) if l == rule && ours => return Verdict::Owned,
+        // Another rule's object is never taken over, whatever the policy.
+        Some(other) if other != rule => {
+            return Verdict::NotOwned {
+                controller: format!("{}, labelled for rule `{other}`", describe_controller(live)),
+            };
+        }
+        _ => {}
     }
     match (policy, controller) {
         (AdoptPolicy::IfControlled | AdoptPolicy::IfOrphan, Some(_)) if ours => Verdict::Adopt {
@@ -113,16 +120,21 @@ mod tests {
     }
 
     #[test]
-    fn the_label_of_another_rule_is_not_ours() {
-        let o = obj(Some(("u1", true)), Some("other-rule"));
-        assert!(matches!(
-            judge(&o, "u1", "website", AdoptPolicy::IfControlled),
-            Verdict::Adopt { .. }
-        ));
-        assert!(matches!(
-            judge(&o, "u1", "website", AdoptPolicy::Never),
-            Verdict::NotOwned { .. }
-        ));
+    fn the_label_of_another_rule_is_never_adopted() {
+        for owner in [Some(("u1", true)), None] {
+            let o = obj(owner, Some("other-rule"));
+            for policy in [
+                AdoptPolicy::IfControlled,
+                AdoptPolicy::IfOrphan,
+                AdoptPolicy::Never,
+            ] {
+                let v = judge(&o, "u1", "website", policy);
+                assert!(
+                    matches!(&v, Verdict::NotOwned { controller } if controller.contains("other-rule")),
+                    "{owner:?} {policy:?}: {v:?}"
+                );
+            }
+        }
     }
 
     #[test]

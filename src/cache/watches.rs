@@ -5,6 +5,7 @@
 
 use super::cached::{self, Cached};
 use super::discovery::Resolved;
+use super::existing::{ExistingKind, LabelIndex};
 use super::keep::{self, Keep};
 use super::owners::OwnerIndex;
 use crate::render::RULE_LABEL;
@@ -77,7 +78,19 @@ impl SyncTracker {
         }
     }
 
-    fn observe(&self, i: usize, ev: &watcher::Event<DynamicObject>) {
+    /// Whether watch `i` has completed its first list.
+    pub fn listed(&self, i: usize) -> bool {
+        self.listed.get(i).is_some_and(|f| f.load(Ordering::SeqCst))
+    }
+
+    /// Whether every one of the watches has completed its first list.
+    pub fn all_listed(&self) -> bool {
+        self.synced.load(Ordering::SeqCst)
+    }
+
+    /// Follows one event of watch `i`, once its cache has stored it (a watch counts as
+    /// listed only when its cache holds the list).
+    fn observe<T>(&self, i: usize, ev: &watcher::Event<T>) {
         if !matches!(ev, watcher::Event::InitDone) {
             return;
         }
@@ -108,12 +121,10 @@ pub fn parent_watch(
     watcher(api, watcher::Config::default().timeout(scope.timeout))
         .backoff(watch_backoff())
         .modify(crate::apply::slim)
-        .inspect_ok(move |ev| {
-            sync.observe(0, ev);
-            follow(ev);
-        })
+        .inspect_ok(move |ev| follow(ev))
         .map_ok(cached::compact(&parent.resource))
         .reflect(writer)
+        .inspect_ok(move |ev| sync.observe(0, ev))
         .applied_objects()
 }
 
@@ -157,18 +168,18 @@ pub fn child_watch(
             keep.apply(&mut o.data);
         })
         .inspect_ok(move |ev| {
-            sync.observe(watch_index, ev);
             owners.observe(ev);
             follow(ev);
         })
         .map_ok(cached::compact(&k.resource))
         .reflect(writer)
+        .inspect_ok(move |ev| sync.observe(watch_index, ev))
         .touched_objects();
     (stream, child)
 }
 
 /// The cached watch of an existing kind (every object of it in scope: the rule reads
-/// them by name or labels, which are the resource's to choose).
+/// them by name or labels, which are the resource's to choose), with its label index.
 pub fn existing_watch(
     client: &Client,
     scope: &WatchScope,
@@ -177,19 +188,25 @@ pub fn existing_watch(
     watch_index: usize,
 ) -> (
     impl futures::Stream<Item = Result<Cached, watcher::Error>> + Send + 'static,
-    Store<Cached>,
+    ExistingKind,
 ) {
     let writer = Writer::<Cached>::new(k.resource.clone());
-    let store = writer.as_reader();
+    let labels = Arc::new(LabelIndex::default());
+    let kind = ExistingKind {
+        resolved: k.clone(),
+        store: writer.as_reader(),
+        labels: labels.clone(),
+    };
     let api = scoped(client, &k.resource, scope.namespace.as_deref());
     let stream = watcher(api, watcher::Config::default().timeout(scope.timeout))
         .backoff(watch_backoff())
         .modify(crate::apply::slim)
-        .inspect_ok(move |ev| sync.observe(watch_index, ev))
+        .inspect_ok(move |ev| labels.observe(ev))
         .map_ok(cached::compact(&k.resource))
         .reflect(writer)
+        .inspect_ok(move |ev| sync.observe(watch_index, ev))
         .touched_objects();
-    (stream, store)
+    (stream, kind)
 }
 
 #[cfg(test)]
@@ -208,10 +225,10 @@ pub mod tests {
     fn the_rule_is_synced_once_every_watch_has_listed() {
         let synced = Arc::new(AtomicBool::new(false));
         let tracker = SyncTracker::new(2, synced.clone());
-        tracker.observe(0, &watcher::Event::InitDone);
+        tracker.observe(0, &watcher::Event::<DynamicObject>::InitDone);
         tracker.observe(1, &watcher::Event::Apply(cm("a")));
         assert!(!synced.load(Ordering::SeqCst));
-        tracker.observe(1, &watcher::Event::InitDone);
+        tracker.observe(1, &watcher::Event::<DynamicObject>::InitDone);
         assert!(synced.load(Ordering::SeqCst));
     }
 }

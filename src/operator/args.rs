@@ -69,6 +69,13 @@ pub struct RunArgs {
     /// Needs `ruleop rbac --install-crds`.
     #[arg(long)]
     pub install_crds: bool,
+    /// Seconds a newer version of a rule, recorded in the cluster by another replica, is
+    /// waited for before this replica's files are taken for a rollback (files reach each
+    /// replica on their own time: a mounted ConfigMap up to a minute or two apart). A
+    /// version the cluster had not run retires the kinds an earlier one recorded only after
+    /// it has been the newest for this long.
+    #[arg(long, default_value_t = 300)]
+    pub rules_settle_seconds: u64,
     /// Seconds between rechecks of the rules files, besides file-change notifications.
     #[arg(long, default_value_t = 10)]
     pub rules_poll_seconds: u64,

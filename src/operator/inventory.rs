@@ -30,7 +30,7 @@ pub struct Made {
 }
 
 impl Made {
-    fn group_kind(&self) -> (&str, &str) {
+    pub fn group_kind(&self) -> (&str, &str) {
         (group_of(&self.api_version), &self.kind)
     }
 }
@@ -100,23 +100,18 @@ impl Inventory {
         }
     }
 
-    /// The kinds recorded for `rule`.
-    pub async fn recorded(&self, rule: &str) -> Result<BTreeSet<Made>, InventoryError> {
+    /// The value of `key` in the inventory, if any.
+    pub async fn get(&self, key: &str) -> Result<Option<String>, InventoryError> {
         let cm = self
             .api()
             .get_opt(INVENTORY)
             .await
             .map_err(|e| self.err(e))?;
-        Ok(cm
-            .and_then(|c| c.data)
-            .and_then(|d| d.get(rule).cloned())
-            .and_then(|v| serde_json::from_str(&v).ok())
-            .unwrap_or_default())
+        Ok(cm.and_then(|c| c.data).and_then(|d| d.get(key).cloned()))
     }
 
-    /// Records `kinds` for `rule`, if that changes anything.
-    pub async fn record(&self, rule: &str, kinds: &BTreeSet<Made>) -> Result<(), InventoryError> {
-        let value = serde_json::to_string(kinds).unwrap_or_default();
+    /// Sets `key` to `value` in the inventory, if that changes anything.
+    pub async fn set(&self, key: &str, value: String) -> Result<(), InventoryError> {
         let api = self.api();
         let existing = api.get_opt(INVENTORY).await.map_err(|e| self.err(e))?;
         if !self.fence.holds() {
@@ -125,10 +120,10 @@ impl Inventory {
         match existing {
             Some(mut cm) => {
                 let data = cm.data.get_or_insert_with(Default::default);
-                if data.get(rule) == Some(&value) {
+                if data.get(key) == Some(&value) {
                     return Ok(());
                 }
-                data.insert(rule.to_string(), value);
+                data.insert(key.to_string(), value);
                 api.replace(INVENTORY, &PostParams::default(), &cm)
                     .await
                     .map_err(|e| self.err(e))?;
@@ -136,13 +131,28 @@ impl Inventory {
             None => {
                 let mut cm = ConfigMap::default();
                 cm.metadata.name = Some(INVENTORY.into());
-                cm.data = Some([(rule.to_string(), value)].into());
+                cm.data = Some([(key.to_string(), value)].into());
                 api.create(&PostParams::default(), &cm)
                     .await
                     .map_err(|e| self.err(e))?;
             }
         }
         Ok(())
+    }
+
+    /// The kinds recorded for `rule`.
+    pub async fn recorded(&self, rule: &str) -> Result<BTreeSet<Made>, InventoryError> {
+        Ok(self
+            .get(rule)
+            .await?
+            .and_then(|v| serde_json::from_str(&v).ok())
+            .unwrap_or_default())
+    }
+
+    /// Records `kinds` for `rule`, if that changes anything.
+    pub async fn record(&self, rule: &str, kinds: &BTreeSet<Made>) -> Result<(), InventoryError> {
+        self.set(rule, serde_json::to_string(kinds).unwrap_or_default())
+            .await
     }
 }
 
@@ -259,31 +269,53 @@ pub async fn clean_up(
         }
         let ns_api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), &o.namespace().unwrap_or_default(), ar);
-        crate::apply::prune(&ns_api, ar, &o.name_any(), o.uid())
-            .await
-            .map_err(|e| InventoryError::Cleanup {
-                kind: what.clone(),
-                message: e.to_string(),
-            })?;
-        tracing::info!(kind = %made.kind, name = %o.name_any(), namespace = %o.namespace().unwrap_or_default(), "pruned child of a kind the rule no longer makes");
+        let failed = |e: crate::apply::ApplyError| InventoryError::Cleanup {
+            kind: what.clone(),
+            message: e.to_string(),
+        };
+        // An object that asked to be orphaned (`onRemove: Orphan`) is let go, not deleted.
+        let action = if crate::apply::orphans(o) {
+            let owner = crate::cache::owners::controller_uid(o).unwrap_or_default();
+            crate::apply::orphan(&ns_api, ar, o, owner)
+                .await
+                .map_err(failed)?;
+            "orphaned"
+        } else {
+            crate::apply::prune(&ns_api, ar, &o.name_any(), o.uid())
+                .await
+                .map_err(failed)?;
+            "pruned"
+        };
+        tracing::info!(kind = %made.kind, name = %o.name_any(), namespace = %o.namespace().unwrap_or_default(), action, "child of a kind the rule no longer makes let go");
         deleted += 1;
     }
     Ok(deleted)
 }
 
-/// Cleans up the kinds `rule` no longer makes (recorded in the inventory, or `also`,
-/// from the rule's previous version in this process). The record first becomes what was
-/// recorded plus what the rule makes now (so a kind added now is known even while a
-/// cleanup is pending); each retired kind leaves it once its children are gone. Kinds
-/// whose cleanup fails (a 403: the RBAC of the new rules no longer covers the kind) are
-/// retried with backoff, counted in `ruleop_retired_kinds_pending`, until they succeed
-/// or the rule stops.
+/// When a rule may retire the kinds the inventory records and it no longer makes (see
+/// [`super::versions`]); the kinds it saw go itself, from its previous version in this
+/// process, it always may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retire {
+    Now,
+    After(Duration),
+    Never,
+}
+
+/// Cleans up the kinds `rule` no longer makes (recorded in the inventory, when `policy`
+/// allows, or `also`, from the rule's previous version in this process). The record first
+/// becomes what was recorded plus what the rule makes now (so a kind added now is known
+/// even while a cleanup is pending); each retired kind leaves it once its children are
+/// gone. Kinds whose cleanup fails (a 403: the RBAC of the new rules no longer covers the
+/// kind) are retried with backoff, counted in `ruleop_retired_kinds_pending`, until they
+/// succeed or the rule stops.
 pub async fn retire(
     inventory: Inventory,
     rule: std::sync::Arc<CompiledRule>,
     parent_kind: String,
     namespace: Option<String>,
     also: Vec<Made>,
+    policy: Retire,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
 ) {
     let now = kinds_of(&rule);
@@ -294,6 +326,8 @@ pub async fn retire(
             rule: rule.name.clone(),
         })
         .clone();
+    let seen_here = |m: &Made| also.iter().any(|a| a.group_kind() == m.group_kind());
+    let mut recorded_too = policy == Retire::Now;
     let mut attempt = 0;
     loop {
         let result = async {
@@ -302,9 +336,11 @@ pub async fn retire(
             let gone = retired(&record, &now);
             record.extend(now.iter().cloned());
             inventory.record(&key, &record).await?;
-            pending.set(gone.len() as i64);
+            let (go, kept): (Vec<Made>, Vec<Made>) =
+                gone.into_iter().partition(|m| recorded_too || seen_here(m));
+            pending.set(go.len() as i64);
             let mut failed = None;
-            for m in &gone {
+            for m in &go {
                 match clean_up(
                     &inventory.client,
                     &rule,
@@ -327,11 +363,25 @@ pub async fn retire(
                     }
                 }
             }
-            failed.map_or(Ok(()), Err)
+            failed.map_or(Ok(kept), Err)
         }
         .await;
         match result {
-            Ok(()) => return,
+            Ok(kept) if kept.is_empty() => return,
+            Ok(kept) => {
+                let kinds: Vec<&str> = kept.iter().map(|m| m.kind.as_str()).collect();
+                match policy {
+                    Retire::After(wait) if !recorded_too => {
+                        tracing::info!(kinds = ?kinds, wait_s = wait.as_secs(), "kinds an earlier version recorded are retired once this version has been the newest for the whole wait (it may be an old version that never ran)");
+                        tokio::time::sleep(wait).await;
+                        recorded_too = true;
+                    }
+                    _ => {
+                        tracing::warn!(kinds = ?kinds, "kinds another version of the rule recorded are kept: this replica has not seen them leave the rule (its version was taken for a rollback, or could not be checked); remove their objects by hand if they are to go");
+                        return;
+                    }
+                }
+            }
             Err(e) => {
                 let delay = retry_delay(attempt);
                 tracing::warn!(error = %e, retry_in_s = delay.as_secs(), "cleanup of retired kinds pending; retrying");

@@ -16,6 +16,7 @@ pub mod inventory;
 pub mod reload;
 pub mod runner;
 pub mod supervisor;
+pub mod versions;
 
 pub use args::RunArgs;
 
@@ -181,6 +182,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             instance: Some(me.clone()),
         },
         state_namespace: args.lease_namespace.clone(),
+        settle: Duration::from_secs(args.rules_settle_seconds),
         install_crds: args.install_crds,
         event_pace: client::limiter::Pace::new(args.event_qps, 100),
         event_quiet: Some(busy),

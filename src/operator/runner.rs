@@ -5,7 +5,6 @@
 use super::inventory;
 use crate::cache::cached::Cached;
 use crate::cache::discovery::{self, Resolved};
-use crate::cache::existing::ExistingKind;
 use crate::cache::watches::{SyncTracker, WatchScope, child_watch, existing_watch, parent_watch};
 use crate::events::EventQueue;
 use crate::reconcile::{Ctx, KindTable, Kinds, Listed, Process, Records, error_policy, reconcile};
@@ -36,6 +35,9 @@ pub struct Options {
     pub reporter: kube::runtime::events::Reporter,
     /// The operator's own namespace: the inventory of made kinds lives there.
     pub state_namespace: String,
+    /// How long a newer version of a rule recorded in the cluster is waited for before this
+    /// replica's files are taken for a rollback (see [`super::versions`]).
+    pub settle: Duration,
     /// Install each rule's CRD from its schema when it starts.
     pub install_crds: bool,
     /// Paces the publishing of Events (all rules share it); None: unpaced.
@@ -71,15 +73,18 @@ impl RuleTask {
     /// Starts `rule` in its own task.
     /// `retired` are kinds an earlier version of the rule in this process made (the
     /// inventory in the cluster has the others): their children are cleaned up.
+    /// `loaded` are the fingerprints this process has loaded for the rule, in order (see
+    /// [`super::versions`]).
     pub fn spawn(
         rule: Arc<CompiledRule>,
         opts: Options,
         retired: Vec<inventory::Made>,
+        loaded: Vec<String>,
     ) -> RuleTask {
         let (stop, stop_rx) = watch::channel(false);
         let synced = Arc::new(AtomicBool::new(false));
         let span = tracing::info_span!("rule", rule = %rule.name);
-        let task = run(rule.clone(), opts, stop_rx, synced.clone(), retired);
+        let task = run(rule.clone(), opts, stop_rx, synced.clone(), retired, loaded);
         let handle = tokio::spawn(task.instrument(span));
         RuleTask {
             rule,
@@ -207,6 +212,7 @@ async fn run(
     stop: watch::Receiver<bool>,
     synced: Arc<AtomicBool>,
     retired: Vec<inventory::Made>,
+    loaded: Vec<String>,
 ) {
     let client = opts.process.client.clone();
     // The CRD is installed beside the rule, tried again while it fails; the rule runs
@@ -244,18 +250,37 @@ async fn run(
         stopped(stop).await;
         return;
     }
+    let inventory = || inventory::Inventory {
+        client: client.clone(),
+        namespace: opts.state_namespace.clone(),
+        fence: opts.process.fence.clone(),
+    };
+    // An older version than one the cluster has run does not run at all (it would undo
+    // the newer one's work, and retire the kinds it added).
+    let scope = opts.scope.namespace.as_deref();
+    let metrics = &opts.process.metrics;
+    let state = inventory();
+    let versions = super::versions::wait_until_newest(
+        &state,
+        &rule,
+        scope,
+        &loaded,
+        opts.settle,
+        metrics,
+        &stop,
+    );
+    let Some(allowed) = versions.await else {
+        return;
+    };
     // Kinds the rule no longer makes are cleaned up beside the controller, until done.
     let _cleanup = AbortOnDrop(tokio::spawn(
         inventory::retire(
-            inventory::Inventory {
-                client: client.clone(),
-                namespace: opts.state_namespace.clone(),
-                fence: opts.process.fence.clone(),
-            },
+            inventory(),
             rule.clone(),
             parent.resource.kind.clone(),
             opts.scope.namespace.clone(),
-            retired,
+            if allowed.prune { retired } else { Vec::new() },
+            allowed.retire,
             opts.process.metrics.clone(),
         )
         .in_current_span(),
@@ -316,7 +341,7 @@ async fn run(
     let mut existing = Vec::new();
     for (i, k) in existing_kinds.into_iter().enumerate() {
         let watch_index = 1 + kinds.len() + i;
-        let (stream, store) = existing_watch(&client, &opts.scope, &k, sync.clone(), watch_index);
+        let (stream, kind) = existing_watch(&client, &opts.scope, &k, sync.clone(), watch_index);
         let readers = records.clone();
         let parent_kind = parent.resource.clone();
         let mapper = move |c: Cached| {
@@ -332,7 +357,7 @@ async fn run(
                 .collect::<Vec<_>>()
         };
         controller = controller.watches_stream_with(stream, mapper, k.resource.clone());
-        existing.push(ExistingKind { resolved: k, store });
+        existing.push(kind);
     }
 
     let (Some(children), Some(existing)) = (
@@ -360,7 +385,8 @@ async fn run(
             parent,
             children,
             existing,
-            listed: Listed::new(synced.clone()),
+            listed: Listed::new(sync.clone(), kinds.len()),
+            prune: allowed.prune,
         },
         records,
         events,

@@ -17,6 +17,9 @@ pub struct Supervisor {
     health: Arc<Health>,
     running: BTreeMap<String, RuleTask>,
     desired: Vec<Arc<CompiledRule>>,
+    /// The fingerprints loaded for each rule, in order (whether this replica saw its
+    /// version follow another: see [`super::versions`]).
+    loaded: BTreeMap<String, Vec<String>>,
 }
 
 impl Supervisor {
@@ -27,10 +30,17 @@ impl Supervisor {
             health,
             running: BTreeMap::new(),
             desired: Vec::new(),
+            loaded: BTreeMap::new(),
         }
     }
 
     pub fn set_desired(&mut self, rules: Vec<Arc<CompiledRule>>) {
+        for r in &rules {
+            let seen = self.loaded.entry(r.name.clone()).or_default();
+            if seen.last() != Some(&r.fingerprint) {
+                seen.push(r.fingerprint.clone());
+            }
+        }
         self.desired = rules;
     }
 
@@ -61,7 +71,8 @@ impl Supervisor {
                 }
                 None => Vec::new(),
             };
-            let task = RuleTask::spawn(rule.clone(), self.opts.clone(), retired);
+            let loaded = self.loaded.get(&rule.name).cloned().unwrap_or_default();
+            let task = RuleTask::spawn(rule.clone(), self.opts.clone(), retired, loaded);
             self.running.insert(rule.name.clone(), task);
         }
         self.publish();

@@ -86,7 +86,10 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, r: &ResourceId, children: &[Ren
     }
     let writes = pending.into_iter().map(|w| async move {
         let task = owned_write(&w, &r.uid, &ctx.rule.name, ctx.process.fence.clone());
-        let step = ctx.records.send(r, w.key.clone(), task, PATIENCE).await;
+        let step = ctx
+            .records
+            .send(r, (&w.c.id, w.key.clone()), task, PATIENCE)
+            .await;
         (w, step)
     });
     for (w, step) in futures::future::join_all(writes).await {

@@ -8,7 +8,7 @@ use super::record::Records;
 use crate::cache::cached::Cached;
 use crate::cache::discovery::Resolved;
 use crate::cache::existing::ExistingKind;
-use crate::cache::watches::ChildKind;
+use crate::cache::watches::{ChildKind, SyncTracker};
 use crate::client::Fence;
 use crate::events::{EventLevel, EventQueue};
 use crate::metrics::Metrics;
@@ -19,7 +19,6 @@ use kube::Client;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// The process's shared parts, the same for every rule.
@@ -62,12 +61,16 @@ impl<K> KindTable<K> {
     }
 }
 
-/// Whether a rule's watches have listed: until then (or [`SYNC_WAIT`] after the rule
-/// started, for a watch that cannot list) a missing child may only be missing from the
-/// cache, and reconciles wait.
+/// Whether a rule's watches have listed. Until every one has (or [`SYNC_WAIT`] after the
+/// rule started, for a watch that cannot list: its refusal is then reported), a missing
+/// child may only be missing from the cache, and reconciles wait. Nothing is deleted on
+/// the strength of a watch that has not listed, whatever the wait: see [`Listed::children`].
 pub struct Listed {
-    flag: Arc<AtomicBool>,
+    tracker: Arc<SyncTracker>,
     started: Instant,
+    /// How many child kinds there are (their watches come after the watched kind's, then
+    /// the existing kinds').
+    child_kinds: usize,
 }
 
 /// How long reconciles wait for the rule's watches to list before going ahead anyway (a
@@ -75,16 +78,30 @@ pub struct Listed {
 pub const SYNC_WAIT: Duration = Duration::from_secs(10);
 
 impl Listed {
-    /// Following `flag`, set once every watch has listed, from now.
-    pub fn new(flag: Arc<AtomicBool>) -> Listed {
+    /// Following `tracker` (watch 0 the watched kind's, then `child_kinds` child kinds',
+    /// then the existing kinds'), from now.
+    pub fn new(tracker: Arc<SyncTracker>, child_kinds: usize) -> Listed {
         Listed {
-            flag,
+            tracker,
             started: Instant::now(),
+            child_kinds,
         }
     }
 
+    /// Reconciles may go ahead: every watch has listed, or the wait is over.
     pub fn ready(&self) -> bool {
-        self.flag.load(Ordering::SeqCst) || self.started.elapsed() >= SYNC_WAIT
+        self.tracker.all_listed() || self.started.elapsed() >= SYNC_WAIT
+    }
+
+    /// Every child kind's watch has listed: what the caches lack of the rule's children is
+    /// not there (so an object may be pruned, or a deletion go on, on their word).
+    pub fn children(&self) -> bool {
+        (1..=self.child_kinds).all(|i| self.tracker.listed(i))
+    }
+
+    /// The watch of existing kind `k` (among the distinct ones) has listed.
+    pub fn existing(&self, k: usize) -> bool {
+        self.tracker.listed(1 + self.child_kinds + k)
     }
 }
 
@@ -95,6 +112,9 @@ pub struct Kinds {
     pub children: KindTable<ChildKind>,
     pub existing: KindTable<ExistingKind>,
     pub listed: Listed,
+    /// Whether objects the render no longer makes may be deleted: false while the rule's
+    /// version could not be checked against the newest the cluster has run.
+    pub prune: bool,
 }
 
 /// Everything a reconcile of one rule's custom resources needs.

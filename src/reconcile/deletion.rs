@@ -1,16 +1,20 @@
-//! Ordered deletion (`deletion: Ordered`): ruleop holds each resource with a finalizer and,
-//! when it is deleted, removes its children in the reverse of the order they were made —
-//! a child only once nothing that depends on it is left, each removed in the foreground
-//! (its own dependents, such as pods, gone first) — then releases the resource.
+//! ruleop's finalizers and what it does while a resource is deleted. Ordered deletion
+//! (`deletion: Ordered`): ruleop holds each resource with a finalizer and, when it is
+//! deleted, removes its children in the reverse of the order they were made — a child
+//! only once nothing that depends on it is left, each removed in the foreground (its own
+//! dependents, such as pods, gone first) — then releases the resource. Orphaned children
+//! (`onRemove: Orphan`): ruleop holds the resource until their objects are let go, so the
+//! garbage collector leaves them.
 
 use super::ctx::Ctx;
 use super::outcome::ReconcileError;
-use super::prune::owned;
+use super::prune::{asks_orphan, owned, take_away};
 use super::record::ResourceId;
-use crate::apply::ApplyError;
+use crate::apply::{self, ApplyError};
+use crate::cache::watches::ChildKind;
 use crate::render::CHILD_LABEL;
 use crate::rules::graph;
-use crate::rules::spec::DeletionPolicy;
+use crate::rules::spec::{DeletionPolicy, OnRemove};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -21,11 +25,56 @@ use std::time::Duration;
 /// The finalizer ruleop puts on resources of rules with ordered deletion.
 pub const FINALIZER: &str = "ruleop.dev/ordered-deletion";
 
+/// The finalizer ruleop puts on resources of rules with a child that orphans its objects
+/// (`onRemove: Orphan`): the resource stays until those objects are no longer its own, so
+/// the garbage collector does not delete them with it.
+pub const ORPHAN_FINALIZER: &str = "ruleop.dev/orphan";
+
+const OURS: [&str; 2] = [FINALIZER, ORPHAN_FINALIZER];
+
 /// How often a deletion in progress is looked at again (watch events also wake it).
 const RECHECK: Duration = Duration::from_secs(2);
 
+/// Whether the resource carries one of ruleop's finalizers.
 pub fn has_finalizer(cr: &DynamicObject) -> bool {
-    cr.finalizers().iter().any(|f| f == FINALIZER)
+    cr.finalizers().iter().any(|f| OURS.contains(&f.as_str()))
+}
+
+/// Whether the rule has a child whose objects are orphaned when they leave it.
+pub fn orphans_children(ctx: &Ctx) -> bool {
+    ctx.rule
+        .children
+        .iter()
+        .any(|c| c.on_remove == OnRemove::Orphan)
+}
+
+/// The finalizers the resource needs: ordered deletion's when the rule asks for it; the
+/// orphans' while the rule has such a child, or any object of the resource still asks to
+/// be orphaned (an edit that removed the last such child leaves its objects protected
+/// until they are let go).
+fn wanted(ctx: &Ctx, cr: &DynamicObject) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if ctx.rule.deletion == DeletionPolicy::Ordered {
+        out.push(FINALIZER);
+    }
+    let held = cr.finalizers().iter().any(|f| f == ORPHAN_FINALIZER);
+    if orphans_children(ctx) || (held && any_orphan_left(ctx, cr)) {
+        out.push(ORPHAN_FINALIZER);
+    }
+    out
+}
+
+/// Whether an object of the resource still asks to be orphaned.
+fn any_orphan_left(ctx: &Ctx, cr: &DynamicObject) -> bool {
+    let (ns, uid) = (
+        cr.namespace().unwrap_or_default(),
+        cr.uid().unwrap_or_default(),
+    );
+    ctx.kinds
+        .children
+        .distinct()
+        .iter()
+        .any(|k| owned(k, &ns, &uid).iter().any(apply::orphans))
 }
 
 /// Among the children with objects left (`present`, indexes into the rule's children),
@@ -58,39 +107,46 @@ async fn set_finalizers(
         &Patch::Merge(&body),
     )
     .await
-    .map_err(ReconcileError::Status)?;
+    .map_err(ReconcileError::Finalizer)?;
     ctx.process.metrics.write(&ctx.rule.name, "finalizer");
     Ok(())
 }
 
-/// Adds the finalizer when the rule asks for ordered deletion, removes it when it no
-/// longer does. One write per resource, once.
+/// Puts on the finalizers the rule asks for (ordered deletion, orphaned children), and
+/// takes off those it no longer asks for. One write per resource, when they change.
 pub async fn keep_finalizer(ctx: &Ctx, cr: &DynamicObject) -> Result<(), ReconcileError> {
-    let wanted = ctx.rule.deletion == DeletionPolicy::Ordered;
-    if wanted == has_finalizer(cr) {
+    let wanted = wanted(ctx, cr);
+    let have: Vec<&str> = cr
+        .finalizers()
+        .iter()
+        .map(String::as_str)
+        .filter(|f| OURS.contains(f))
+        .collect();
+    if OURS.iter().all(|f| wanted.contains(f) == have.contains(f)) {
         return Ok(());
     }
     let mut finalizers: Vec<String> = cr
         .finalizers()
         .iter()
-        .filter(|f| *f != FINALIZER)
+        .filter(|f| !OURS.contains(&f.as_str()))
         .cloned()
         .collect();
-    if wanted {
-        finalizers.push(FINALIZER.into());
-    }
+    finalizers.extend(wanted.iter().map(|f| f.to_string()));
     set_finalizers(ctx, cr, finalizers).await
 }
 
-/// One step of the ordered deletion of `cr`: deletes the children that may go now, or
-/// releases the resource once none is left.
+/// One step of the deletion of `cr` while it carries ruleop's finalizers: first the
+/// objects that asked to be orphaned are let go (so the garbage collector leaves them);
+/// then, with ordered deletion, the children that may go now are deleted; the finalizers
+/// are released once that is done. Nothing is done until every child kind's watch has
+/// listed (what the caches lack would be taken for gone).
 pub async fn step(ctx: &Ctx, r: &ResourceId, cr: &DynamicObject) -> Result<Action, ReconcileError> {
+    if !ctx.kinds.listed.children() {
+        tracing::debug!(rule = %ctx.rule.name, object = %cr.name_any(), "deletion waits for the child watches to list");
+        return Ok(Action::requeue(RECHECK));
+    }
     let ns = cr.namespace().unwrap_or_default();
     let uid = cr.uid().unwrap_or_default();
-    let position = |o: &DynamicObject| {
-        let id = o.labels().get(CHILD_LABEL)?;
-        ctx.rule.children.iter().position(|c| &c.id == id)
-    };
     let objects: Vec<_> = ctx
         .kinds
         .children
@@ -98,26 +154,55 @@ pub async fn step(ctx: &Ctx, r: &ResourceId, cr: &DynamicObject) -> Result<Actio
         .iter()
         .flat_map(|k| owned(k, &ns, &uid).into_iter().map(move |o| (k, o)))
         .collect();
+    for (k, o) in objects.iter().filter(|(_, o)| asks_orphan(ctx, o)) {
+        if !ctx.process.fence.holds() {
+            return Err(ReconcileError::NotLeader);
+        }
+        let why = "is kept: its resource is being deleted";
+        take_away(ctx, cr, &ns, &k.resolved.resource, o, &uid, why)
+            .await
+            .map_err(ReconcileError::Apply)?;
+    }
+    let objects: Vec<_> = objects
+        .into_iter()
+        .filter(|(_, o)| !asks_orphan(ctx, o))
+        .collect();
     // `kubectl delete --cascade=orphan` asks for the children to stay.
     let orphan = cr.finalizers().iter().any(|f| f == "orphan");
-    if objects.is_empty() || orphan || ctx.rule.deletion != DeletionPolicy::Ordered {
+    let ordered = ctx.rule.deletion == DeletionPolicy::Ordered
+        && cr.finalizers().iter().any(|f| f == FINALIZER);
+    if objects.is_empty() || orphan || !ordered {
         // All gone (or the rule no longer asks for order, or the children are to stay:
         // the garbage collector does what the deletion asked).
         let rest: Vec<String> = cr
             .finalizers()
             .iter()
-            .filter(|f| *f != FINALIZER)
+            .filter(|f| !OURS.contains(&f.as_str()))
             .cloned()
             .collect();
         set_finalizers(ctx, cr, rest).await?;
         ctx.records.abandon_writes(r);
-        tracing::info!(rule = %ctx.rule.name, object = %cr.name_any(), namespace = %ns, "children deleted in order; resource released");
+        tracing::info!(rule = %ctx.rule.name, object = %cr.name_any(), namespace = %ns, "resource released");
         return Ok(Action::await_change());
     }
-    // An object whose child the rule no longer has goes first.
+    delete_in_order(ctx, &ns, &objects).await?;
+    Ok(Action::requeue(RECHECK))
+}
+
+/// Deletes, in the foreground, the objects whose children nothing left depends on (an
+/// object whose child the rule no longer has goes first).
+async fn delete_in_order(
+    ctx: &Ctx,
+    ns: &str,
+    objects: &[(&ChildKind, DynamicObject)],
+) -> Result<(), ReconcileError> {
+    let position = |o: &DynamicObject| {
+        let id = o.labels().get(CHILD_LABEL)?;
+        ctx.rule.children.iter().position(|c| &c.id == id)
+    };
     let present: BTreeSet<usize> = objects.iter().filter_map(|(_, o)| position(o)).collect();
     let now = deletable(&ctx.rule.deps, &present);
-    for (k, o) in &objects {
+    for (k, o) in objects {
         let go = position(o).is_none_or(|i| now.contains(&i));
         if !go || o.meta().deletion_timestamp.is_some() {
             continue;
@@ -126,7 +211,7 @@ pub async fn step(ctx: &Ctx, r: &ResourceId, cr: &DynamicObject) -> Result<Actio
             return Err(ReconcileError::NotLeader);
         }
         let ar = &*k.resolved.resource;
-        let api: Api<DynamicObject> = Api::namespaced_with(ctx.process.client.clone(), &ns, ar);
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.process.client.clone(), ns, ar);
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: o.uid(),
@@ -148,7 +233,7 @@ pub async fn step(ctx: &Ctx, r: &ResourceId, cr: &DynamicObject) -> Result<Actio
         ctx.process.metrics.write(&ctx.rule.name, "prune");
         tracing::info!(rule = %ctx.rule.name, kind = %ar.kind, name = %o.name_any(), namespace = %ns, "deleted child in order");
     }
-    Ok(Action::requeue(RECHECK))
+    Ok(())
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ pub use ctx::{Ctx, KindTable, Kinds, Listed, Process};
 pub use outcome::ReconcileError;
 pub use record::Records;
 
-use crate::apply::ApplyError;
+use crate::apply::{ApplyError, ObjectKey};
 use crate::cache::cached::Cached;
 use crate::render::{self, Plan, RenderError, Rendered};
 use backoff::{backoff, jittered};
@@ -101,7 +101,16 @@ async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Actio
         // A child not in the cache yet would be taken for a missing one.
         return Ok(Action::requeue(Duration::from_millis(250)));
     }
-    deletion::keep_finalizer(&ctx, &cr).await?;
+    // A finalizer that cannot be written is a problem of this resource, not the end of
+    // its reconcile: its children and status go on.
+    let finalizer = match deletion::keep_finalizer(&ctx, &cr).await {
+        Ok(()) => None,
+        Err(ReconcileError::NotLeader) => return Err(ReconcileError::NotLeader),
+        // The resource changed since it was read: retried with backoff, as any passing
+        // fault (the next read has the new version).
+        Err(e) if is_conflict(&e) => return Err(e),
+        Err(e) => Some(finalizer_problem(&e)),
+    };
     let rule = &ctx.rule;
     let _timer = ctx.process.metrics.reconcile(&rule.name);
     let ns = cr.namespace().unwrap_or_default();
@@ -114,8 +123,8 @@ async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Actio
     let rendered = scope
         .as_ref()
         .map_err(Clone::clone)
-        .and_then(|s| render::render_with(rule, s, &live));
-    let (sync, round) = sync_children(&ctx, &cr, &ns, &r, &rendered).await;
+        .and_then(|s| render::render_applied(rule, s, &live));
+    let (sync, round) = sync_children(&ctx, &cr, &ns, &r, &rendered, finalizer).await;
     let plan = rendered.as_ref().ok();
     if let Some(e) = round.transient {
         // A passing fault: retried with backoff. Once it has lasted a few rounds, the
@@ -197,6 +206,7 @@ async fn sync_children(
     ns: &str,
     r: &ResourceId,
     rendered: &Result<Plan, RenderError>,
+    finalizer: Option<Problem>,
 ) -> (Sync, Round) {
     let problem = |reason, message| {
         let p = Problem {
@@ -204,19 +214,41 @@ async fn sync_children(
             message,
             retry: Retry::OnChange,
         };
-        (Sync::of(vec![p]), Round::default())
+        (
+            Sync::of(finalizer.clone().into_iter().chain([p]).collect()),
+            Round::default(),
+        )
     };
     let out = match rendered {
         Err(e) => return problem("RenderFailed", e.to_string()),
         Ok(out) => out,
     };
+    // Without its finalizer, an orphaned child's objects would go with the resource.
+    let held;
+    let out = if finalizer.is_some() && deletion::orphans_children(ctx) {
+        held = hold_orphans(ctx, out);
+        &held
+    } else {
+        out
+    };
     if let Some(message) = scope_problem(ctx, &out.children) {
         return problem("ClusterScopedChild", message);
     }
+    // A write still on its way to an object this render no longer makes has no reason
+    // left (the objects of the children that wait are kept as they are).
+    let rendered = out.children.iter().map(ObjectKey::of).collect();
+    let waiting = out.waiting.iter().map(|w| w.id.as_str()).collect();
+    ctx.records.stop_writes_except(r, &rendered, &waiting);
     let mut round = children::apply_children(ctx, ns, r, &out.children).await;
-    prune::prune_children(ctx, cr, ns, &r.uid, out, &mut round).await;
+    match prune::uncertain(ctx, out, &round) {
+        None => prune::prune_children(ctx, cr, ns, &r.uid, out, &mut round).await,
+        Some(why) => {
+            tracing::debug!(rule = %ctx.rule.name, object = %key_of(cr), why, "nothing pruned this round")
+        }
+    }
     prune::observe_waiting(ctx, ns, &r.uid, out, &mut round);
-    let mut problems = std::mem::take(&mut round.problems);
+    let mut problems: Vec<Problem> = finalizer.into_iter().collect();
+    problems.append(&mut round.problems);
     if !out.waiting.is_empty() {
         let message = out
             .waiting
@@ -231,6 +263,49 @@ async fn sync_children(
         });
     }
     (Sync::of(problems), round)
+}
+
+/// The plan with the objects of `onRemove: Orphan` children held back (they wait, kept as
+/// they are), for a resource whose finalizer could not be put on.
+fn hold_orphans(ctx: &Ctx, out: &Plan) -> Plan {
+    let orphaned = |id: &str| {
+        ctx.rule
+            .children
+            .iter()
+            .any(|c| c.id == id && c.on_remove == crate::rules::spec::OnRemove::Orphan)
+    };
+    let mut plan = out.clone();
+    plan.children.retain(|c| !orphaned(&c.id));
+    for c in ctx.rule.children.iter().filter(|c| orphaned(&c.id)) {
+        plan.waiting.push(render::Waiting {
+            id: c.id.clone(),
+            reason: format!(
+                "waits for the resource's finalizer `{}` (it could not be written: see the other problem)",
+                deletion::ORPHAN_FINALIZER
+            ),
+        });
+    }
+    plan
+}
+
+fn is_conflict(e: &ReconcileError) -> bool {
+    matches!(e, ReconcileError::Finalizer(kube::Error::Api(s)) if s.code == 409)
+}
+
+/// The problem a failed finalizer write makes on the resource (retried with backoff).
+fn finalizer_problem(e: &ReconcileError) -> Problem {
+    let forbidden = matches!(e, ReconcileError::Finalizer(kube::Error::Api(s)) if s.code == 403);
+    Problem {
+        reason: if forbidden {
+            "Forbidden"
+        } else {
+            "FinalizerFailed"
+        },
+        message: format!(
+            "{e}; ruleop needs `patch` on the resource to set and release its finalizers (`ruleop rbac` grants it)"
+        ),
+        retry: Retry::Backoff,
+    }
 }
 
 /// A child whose kind is cluster-scoped (known only from discovery) is refused.

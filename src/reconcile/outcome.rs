@@ -42,19 +42,60 @@ impl Sync {
             return Sync::Ok;
         }
         problems.sort_by_key(|p| p.retry == Retry::Soon);
-        let mut first = problems.remove(0);
-        for p in problems {
-            first.message.push_str("; ");
-            first.message.push_str(&p.message);
-            // A fault outside is retried with backoff (counted), whatever else.
-            first.retry = match (first.retry, p.retry) {
+        let retry = problems
+            .iter()
+            .fold(Retry::OnChange, |r, p| match (r, p.retry) {
+                // A fault outside is retried with backoff (counted), whatever else.
                 (Retry::Backoff, _) | (_, Retry::Backoff) => Retry::Backoff,
                 (Retry::Soon, _) | (_, Retry::Soon) => Retry::Soon,
                 _ => Retry::OnChange,
-            };
-        }
-        Sync::Failed(first)
+            });
+        let message = bounded(problems.iter().map(|p| p.message.as_str()));
+        Sync::Failed(Problem {
+            reason: problems[0].reason,
+            message,
+            retry,
+        })
     }
+}
+
+/// The most a condition message holds, in bytes: a condition's message may be 32768 bytes
+/// at most (`metav1.Condition`), and the status has two of them beside its fields.
+pub const MAX_MESSAGE: usize = 8 * 1024;
+
+/// `parts` joined with "; ", as many as fit in [`MAX_MESSAGE`], then "… and K more" (a
+/// single part too long for it is cut at a character boundary).
+pub fn bounded<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
+    let parts: Vec<&str> = parts.into_iter().collect();
+    let room = MAX_MESSAGE - 64;
+    let mut out = String::new();
+    for (i, p) in parts.iter().enumerate() {
+        let sep = if out.is_empty() { "" } else { "; " };
+        if out.len() + sep.len() + p.len() > room {
+            if out.is_empty() {
+                out.push_str(cut(p, room));
+                out.push_str(" …");
+                if parts.len() > 1 {
+                    out.push_str(&format!(" and {} more", parts.len() - 1));
+                }
+            } else {
+                out.push_str(&format!("; … and {} more", parts.len() - i));
+            }
+            return out;
+        }
+        out.push_str(sep);
+        out.push_str(p);
+    }
+    out
+}
+
+/// The longest start of `s` of at most `max` bytes, at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = max.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// A child write's answer, with what it sent and what the cache held when it was sent
@@ -74,6 +115,9 @@ pub enum ReconcileError {
     /// The status could not be written.
     #[error("writing status: {0}")]
     Status(#[source] kube::Error),
+    /// ruleop's finalizers could not be set or released on the resource.
+    #[error("setting the resource's finalizers: {0}")]
+    Finalizer(#[source] kube::Error),
     /// This replica may no longer write (leadership lost): nothing was sent.
     #[error("not the leader: the status was not written")]
     NotLeader,
@@ -92,8 +136,64 @@ impl ReconcileError {
         match self {
             ReconcileError::Apply(_) | ReconcileError::Decode(_) => "apply_transient",
             ReconcileError::Status(_) => "status_write",
+            ReconcileError::Finalizer(_) => "finalizer",
             ReconcileError::NotLeader => "not_leader",
             ReconcileError::Panicked(_) => "internal",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(i: usize) -> Problem {
+        Problem {
+            reason: "ApplyRefused",
+            message: format!(
+                "ConfigMap x-{i}: the API server refused it (422 Invalid): data[a/{i}]: Invalid value: a valid config key must consist of alphanumeric characters"
+            ),
+            retry: Retry::OnChange,
+        }
+    }
+
+    #[test]
+    fn six_hundred_refusals_fit_a_condition_and_say_how_many_more() {
+        let Sync::Failed(p) = Sync::of((0..600).map(refused).collect()) else {
+            panic!("a problem")
+        };
+        assert!(p.message.len() <= MAX_MESSAGE, "{}", p.message.len());
+        assert!(
+            p.message.ends_with(" more"),
+            "{}",
+            &p.message[p.message.len() - 40..]
+        );
+        assert!(p.message.starts_with("ConfigMap x-0:"));
+        let shown = p.message.matches("ConfigMap x-").count();
+        assert!(p.message.contains(&format!("and {} more", 600 - shown)));
+    }
+
+    #[test]
+    fn one_huge_message_is_cut_at_a_character_boundary() {
+        let huge = "é".repeat(MAX_MESSAGE);
+        let out = bounded([huge.as_str(), "next"]);
+        assert!(out.len() <= MAX_MESSAGE);
+        assert!(out.ends_with("… and 1 more"), "{}", &out[out.len() - 20..]);
+        assert_eq!(bounded(["a", "b"]), "a; b");
+    }
+
+    #[test]
+    fn the_worst_retry_wins_and_a_write_on_its_way_comes_last() {
+        let soon = Problem {
+            reason: "Applying",
+            message: "on its way".into(),
+            retry: Retry::Soon,
+        };
+        let Sync::Failed(p) = Sync::of(vec![soon.clone(), refused(1)]) else {
+            panic!()
+        };
+        assert_eq!(p.reason, "ApplyRefused");
+        assert_eq!(p.retry, Retry::Soon);
+        assert!(p.message.ends_with("on its way"));
     }
 }

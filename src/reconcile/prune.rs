@@ -9,7 +9,8 @@ use crate::apply::{self, ApplyError};
 use crate::cache::owners::controller_uid;
 use crate::cache::watches::ChildKind;
 use crate::render::{CHILD_LABEL, Plan, group_of};
-use kube::api::{Api, DynamicObject};
+use crate::rules::spec::OnRemove;
+use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -63,8 +64,29 @@ pub fn observe_waiting(ctx: &Ctx, ns: &str, uid: &str, out: &Plan, round: &mut R
     }
 }
 
-/// Deletes the children this resource owns that are no longer rendered. The objects of
-/// a child that waits are kept as they are.
+/// Why the children this round does not render may not be taken away now, if so: prune
+/// only when certain. Every child kind's watch must have listed (an object missing from a
+/// cache that has not listed may only be missing from the cache), no child may wait (a
+/// renamed child that waits would have its object taken for another's), and no write of
+/// this round may have failed or still be on its way (its object is not yet what the rule
+/// says, so what replaces what is not known).
+pub fn uncertain(ctx: &Ctx, out: &Plan, round: &Round) -> Option<&'static str> {
+    if !ctx.kinds.prune {
+        Some("the rule's version could not be checked against the cluster's newest")
+    } else if !ctx.kinds.listed.children() {
+        Some("a child kind's watch has not listed yet")
+    } else if !out.waiting.is_empty() {
+        Some("a child waits")
+    } else if round.transient.is_some() || round.on_its_way || !round.problems.is_empty() {
+        Some("a child's write failed or is on its way")
+    } else {
+        None
+    }
+}
+
+/// Takes away the objects this resource owns that are no longer rendered: each deleted,
+/// or orphaned when it asked to be (`onRemove: Orphan`). Only when [`uncertain`] says
+/// nothing.
 pub async fn prune_children(
     ctx: &Ctx,
     cr: &DynamicObject,
@@ -74,7 +96,6 @@ pub async fn prune_children(
     round: &mut Round,
 ) {
     let children = &out.children;
-    let waiting: HashSet<&str> = out.waiting.iter().map(|w| w.id.as_str()).collect();
     for kind in ctx.kinds.children.distinct() {
         let ar = &*kind.resolved.resource;
         let keep: HashSet<&str> = children
@@ -85,37 +106,67 @@ pub async fn prune_children(
         let stale: Vec<DynamicObject> = owned(kind, ns, uid)
             .into_iter()
             .filter(|o| !keep.contains(o.name_any().as_str()))
-            .filter(|o| {
-                let child = o.labels().get(CHILD_LABEL).map(String::as_str);
-                !child.is_some_and(|c| waiting.contains(c))
-            })
             .collect();
         for o in stale {
             if !ctx.process.fence.holds() {
                 round.transient = Some(ApplyError::NotLeader);
                 return;
             }
-            let api: Api<DynamicObject> = Api::namespaced_with(ctx.process.client.clone(), ns, ar);
-            let name = o.name_any();
-            if let Err(e) = apply::prune(&api, ar, &name, o.uid()).await {
+            if let Err(e) = take_away(ctx, cr, ns, ar, &o, uid, "is no longer rendered").await {
                 round.fail(e);
-                continue;
             }
-            let child = o.labels().get(CHILD_LABEL).cloned().unwrap_or_default();
-            ctx.process.metrics.write(&ctx.rule.name, "prune");
-            tracing::info!(rule = %ctx.rule.name, child = %child, kind = %ar.kind, name = %name, namespace = %ns, "pruned child");
-            event(
-                ctx,
-                cr,
-                EventType::Normal,
-                "Pruned",
-                "Prune",
-                format!(
-                    "{} {} (child `{child}` is no longer rendered)",
-                    ar.kind, name
-                ),
-                Some(o.object_ref(ar)),
-            );
         }
     }
+}
+
+/// Whether an object is to be orphaned rather than deleted: it says so (its child said
+/// `onRemove: Orphan` when it was written), or its child says so now (the edit that
+/// removes it may be the one that asks for it).
+pub fn asks_orphan(ctx: &Ctx, o: &DynamicObject) -> bool {
+    let child = o.labels().get(CHILD_LABEL);
+    apply::orphans(o)
+        || ctx
+            .rule
+            .children
+            .iter()
+            .any(|c| Some(&c.id) == child && c.on_remove == OnRemove::Orphan)
+}
+
+/// Deletes one object of this resource, or orphans it when it asks to be; logs, counts
+/// and publishes it. `why` completes "child `x` …".
+pub async fn take_away(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    ns: &str,
+    ar: &ApiResource,
+    o: &DynamicObject,
+    uid: &str,
+    why: &str,
+) -> Result<(), ApplyError> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.process.client.clone(), ns, ar);
+    let name = o.name_any();
+    let child = o.labels().get(CHILD_LABEL).cloned().unwrap_or_default();
+    let (reason, action, verb) = if asks_orphan(ctx, o) {
+        apply::orphan(&api, ar, o, uid).await?;
+        ("Orphaned", "orphan", "orphaned")
+    } else {
+        apply::prune(&api, ar, &name, o.uid()).await?;
+        ("Pruned", "prune", "pruned")
+    };
+    ctx.process.metrics.write(&ctx.rule.name, action);
+    tracing::info!(rule = %ctx.rule.name, child = %child, kind = %ar.kind, name = %name, namespace = %ns, action, "{verb} child");
+    event(
+        ctx,
+        cr,
+        EventType::Normal,
+        reason,
+        if action == "orphan" {
+            "Orphan"
+        } else {
+            "Prune"
+        },
+        format!("{} {} (child `{child}` {why})", ar.kind, name),
+        Some(o.object_ref(ar)),
+    );
+    Ok(())
 }

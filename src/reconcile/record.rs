@@ -99,9 +99,9 @@ impl<W> Drop for Pending<W> {
 enum ChildWrite<W> {
     /// Answered: what the cache must show before it is current.
     Done(Written),
-    /// Sent by a reconcile that stopped waiting for it; the last answered write is kept
-    /// for when this one fails.
-    OnItsWay(Pending<W>, Option<Written>),
+    /// Sent by a reconcile that stopped waiting for it, for the child of this id; the last
+    /// answered write is kept for when this one fails.
+    OnItsWay(Pending<W>, Option<Written>, String),
 }
 
 impl<W> ChildWrite<W> {
@@ -352,7 +352,7 @@ impl<W> Records<W> {
     pub fn written(&self, r: &ResourceId, child: &ObjectKey) -> Option<Written> {
         self.with(r, |rec| match rec.children.get(child)? {
             ChildWrite::Done(w) => Some(w.clone()),
-            ChildWrite::OnItsWay(_, last) => last.clone(),
+            ChildWrite::OnItsWay(_, last, _) => last.clone(),
         })
         .flatten()
     }
@@ -373,20 +373,42 @@ impl<W> Records<W> {
 
     /// Stops the writes on their way of `r` (it is being deleted).
     pub fn abandon_writes(&self, r: &ResourceId) {
+        self.stop_writes(r, |_, _| true);
+    }
+
+    /// Stops the writes on their way of `r` to objects it no longer renders (but those of
+    /// the children that wait, whose objects are kept as they are): a write without its
+    /// reason could land after a newer one and undo it.
+    pub fn stop_writes_except(
+        &self,
+        r: &ResourceId,
+        rendered: &HashSet<ObjectKey>,
+        waiting: &HashSet<&str>,
+    ) {
+        self.stop_writes(r, |k, id| !rendered.contains(k) && !waiting.contains(id));
+    }
+
+    fn stop_writes(&self, r: &ResourceId, which: impl Fn(&ObjectKey, &str) -> bool) {
         let mut inner = self.lock();
         let Some(rec) = inner.get(r) else { return };
         let mut stopped = 0;
-        for w in rec.children.values_mut() {
-            if let ChildWrite::OnItsWay(_, last) = w {
-                stopped += 1;
-                *w = match last.take() {
-                    Some(last) => ChildWrite::Done(last),
-                    None => continue,
-                };
+        let mut gone = Vec::new();
+        for (k, w) in rec.children.iter_mut() {
+            let ChildWrite::OnItsWay(_, last, id) = w else {
+                continue;
+            };
+            if !which(k, id) {
+                continue;
+            }
+            stopped += 1;
+            match last.take() {
+                Some(last) => *w = ChildWrite::Done(last),
+                None => gone.push(k.clone()),
             }
         }
-        rec.children
-            .retain(|_, w| !matches!(w, ChildWrite::OnItsWay(_, None)));
+        for k in gone {
+            rec.children.remove(&k);
+        }
         inner.stopped(stopped);
     }
 
@@ -486,12 +508,12 @@ impl<W: Send + 'static> Records<W> {
             let rec = inner.get(r)?;
             let finished = match rec.children.get(child)? {
                 ChildWrite::Done(_) => return None,
-                ChildWrite::OnItsWay(p, _) => p.0.is_finished(),
+                ChildWrite::OnItsWay(p, ..) => p.0.is_finished(),
             };
             if !finished {
                 return Some(Step::OnItsWay);
             }
-            let Some(ChildWrite::OnItsWay(p, last)) = inner.remove_write(r, child) else {
+            let Some(ChildWrite::OnItsWay(p, last, _)) = inner.remove_write(r, child) else {
                 return None;
             };
             // What was answered before stays known until this answer is booked.
@@ -511,7 +533,7 @@ impl<W: Send + 'static> Records<W> {
     pub async fn send<F>(
         &self,
         r: &ResourceId,
-        child: ObjectKey,
+        (id, child): (&str, ObjectKey),
         write: F,
         patience: Duration,
     ) -> Step<W>
@@ -531,11 +553,11 @@ impl<W: Send + 'static> Records<W> {
                 // (None is on its way already: no second write is sent while one is.)
                 let (last, out) = match rec.children.remove(&child) {
                     Some(ChildWrite::Done(w)) => (Some(w), false),
-                    Some(ChildWrite::OnItsWay(_, last)) => (last, true),
+                    Some(ChildWrite::OnItsWay(_, last, _)) => (last, true),
                     None => (None, false),
                 };
-                rec.children
-                    .insert(child, ChildWrite::OnItsWay(Pending(handle), last));
+                let pending = ChildWrite::OnItsWay(Pending(handle), last, id.to_string());
+                rec.children.insert(child, pending);
                 if !out {
                     inner.on_their_way += 1;
                 }

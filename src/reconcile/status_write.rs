@@ -4,7 +4,7 @@
 //! it differs.
 
 use super::ctx::Ctx;
-use super::outcome::{ReconcileError, Sync};
+use super::outcome::{ReconcileError, Sync, bounded};
 use super::record::{ResourceId, StatusMark};
 use crate::apply::{Lag, ObjectKey};
 use crate::render::{self, FIELD_MANAGER, Plan};
@@ -77,7 +77,7 @@ fn desired_status(
                 } else {
                     "StatusError"
                 },
-                parts.join("; "),
+                bounded(parts.iter().map(String::as_str)),
             )
         }
         (Sync::Ok, None) => (false, "NotReady", String::new()),

@@ -32,7 +32,7 @@ impl Lookup {
 }
 
 /// For each of the rule's `existing`, what to look for (in rule order).
-fn lookups(rule: &CompiledRule, scope: &Scope) -> Result<Vec<Lookup>, RenderError> {
+pub fn lookups(rule: &CompiledRule, scope: &Scope) -> Result<Vec<Lookup>, RenderError> {
     rule.existing
         .iter()
         .map(|e| {
@@ -72,26 +72,46 @@ pub fn find_existing(
         return Ok((scope, Vec::new()));
     }
     let lookups = lookups(rule, &scope)?;
+    let scope = with_found(rule, scope, &lookups, |i, l| Ok(candidates(i, l)));
+    Ok((scope, lookups))
+}
+
+/// The scope with what `candidates(i, lookup)` found for each of `lookups`: the objects of
+/// `existing[i]`'s kind that may match, or why they cannot be known yet (the children that
+/// read it then wait, saying so).
+pub fn with_found(
+    rule: &CompiledRule,
+    scope: Scope,
+    lookups: &[Lookup],
+    candidates: impl Fn(usize, &Lookup) -> Result<Vec<Value>, String>,
+) -> Scope {
+    let ns = scope.namespace.clone();
     let found = rule
         .existing
         .iter()
-        .zip(&lookups)
+        .zip(lookups)
         .enumerate()
-        .map(|(i, (e, lookup))| found(&e.kind, lookup, candidates(i, lookup)))
+        .map(|(i, (e, lookup))| {
+            let objects = candidates(i, lookup)?;
+            found(&e.kind, &ns, lookup, objects)
+        })
         .collect();
-    Ok((scope.with_existing(rule, found), lookups))
+    scope.with_existing(rule, found)
 }
 
 /// What was found for `lookup` among `objects` (the existing kind's objects in the
-/// namespace): the object for a name (Err naming it when missing), the sorted list for labels.
+/// namespace): the object for a name (Err saying it is missing), the sorted list for labels.
 fn found(
     kind: &str,
+    ns: &str,
     lookup: &Lookup,
     objects: impl IntoIterator<Item = Value>,
 ) -> Result<Value, String> {
     let mut hits: Vec<Value> = objects.into_iter().filter(|o| lookup.matches(o)).collect();
     match lookup {
-        Lookup::Name(n) => hits.pop().ok_or_else(|| format!("{kind} `{n}`")),
+        Lookup::Name(n) => hits
+            .pop()
+            .ok_or_else(|| format!("{kind} `{n}` (not found in namespace {ns})")),
         Lookup::Labels(_) => {
             hits.sort_by(|a, b| {
                 let name = |o: &Value| {

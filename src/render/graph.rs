@@ -3,8 +3,9 @@
 //! there yet (another child not made or not ready, a live field not filled in, an
 //! existing object missing) waits, and says what for; the children that read it wait too.
 
+use super::budget;
 use super::context::Scope;
-use super::model::{Item, RenderError, Rendered, check_distinct};
+use super::model::{HASH_ANNOTATION, Item, RenderError, Rendered, check_distinct};
 use super::object::{item_context, items_of, render_child};
 use super::readiness;
 use crate::rules::{CompiledChild, CompiledRule};
@@ -40,22 +41,51 @@ struct Walk<'a> {
     rule: &'a CompiledRule,
     scope: &'a Scope,
     live: &'a dyn Fn(&Rendered) -> Option<Value>,
+    /// A dependency counts only once its live object is the one rendered now (its applied
+    /// hash): in the cluster, where ruleop wrote it; not offline, where live objects come
+    /// from files.
+    as_applied: bool,
+    /// What this render has spent of its budget.
+    meter: budget::Metered,
     out: Vec<Rendered>,
     seen: HashMap<usize, Option<Value>>,
     done: Vec<Option<Done>>,
 }
 
 /// Renders every child of `rule` for the resource of `scope`. `live` gives the object in
-/// the cluster of a rendered child (None: not there).
+/// the cluster of a rendered child (None: not there), taken as it is (offline: the
+/// observed objects of a file).
 pub fn render_with(
     rule: &CompiledRule,
     scope: &Scope,
     live: &dyn Fn(&Rendered) -> Option<Value>,
 ) -> Result<Plan, RenderError> {
+    walk(rule, scope, live, false)
+}
+
+/// As [`render_with`], in the cluster: a child that reads another (`after`, `observed`)
+/// waits until the other's live object is the one rendered now (it carries this render's
+/// hash), so that when both change in one edit, the reader sees the new one, not the old.
+pub fn render_applied(
+    rule: &CompiledRule,
+    scope: &Scope,
+    live: &dyn Fn(&Rendered) -> Option<Value>,
+) -> Result<Plan, RenderError> {
+    walk(rule, scope, live, true)
+}
+
+fn walk(
+    rule: &CompiledRule,
+    scope: &Scope,
+    live: &dyn Fn(&Rendered) -> Option<Value>,
+    as_applied: bool,
+) -> Result<Plan, RenderError> {
     let mut walk = Walk {
+        meter: budget::metered(),
         rule,
         scope,
         live,
+        as_applied,
         out: Vec::with_capacity(rule.children.len()),
         seen: HashMap::new(),
         done: vec![None; rule.children.len()],
@@ -129,10 +159,7 @@ impl Walk<'_> {
     fn gate(&mut self, child: &CompiledChild) -> Option<String> {
         for &(e, ref what) in &self.scope.missing {
             if child.reads.existing.contains(&e) {
-                return Some(format!(
-                    "waits for {what} (not found in namespace {})",
-                    self.scope.namespace
-                ));
+                return Some(format!("waits for {what}"));
             }
         }
         let needs = child
@@ -151,6 +178,16 @@ impl Walk<'_> {
                 let Some(live) = self.live_of(x) else {
                     return Some(format!("waits for {} to be created", self.describe(x)));
                 };
+                let applied = live
+                    .pointer("/metadata/annotations")
+                    .and_then(|a| a.get(HASH_ANNOTATION))
+                    .and_then(Value::as_str);
+                if self.as_applied && applied != Some(self.out[x].hash.as_str()) {
+                    return Some(format!(
+                        "waits for {} to be applied (the object in the cluster is not yet the one rendered now)",
+                        self.describe(x)
+                    ));
+                }
                 if child.after.contains(&d) {
                     let item = self.out[x].item.as_ref();
                     let dep = &self.rule.children[d];
@@ -219,9 +256,11 @@ impl Walk<'_> {
     fn objects(&mut self, child: &CompiledChild) -> Result<Vec<Rendered>, RenderError> {
         let ctx = self.context(child);
         let Some(each) = &child.each else {
-            return Ok(render_child(self.rule, child, self.scope, &ctx, None)?
-                .into_iter()
-                .collect());
+            let one = render_child(self.rule, child, self.scope, &ctx, None)?;
+            if let Some(o) = &one {
+                self.meter.object(o.size)?;
+            }
+            return Ok(one.into_iter().collect());
         };
         let items = items_of(self.rule, &each.over, &ctx).map_err(|reason| RenderError::Eval {
             at: format!("{}:{}", self.rule.at.file.display(), each.over.line),
@@ -236,13 +275,11 @@ impl Walk<'_> {
                 value: serde_json::to_value(&value).unwrap_or(Value::Null),
             };
             let ctx = item_context(&ctx, &each.var, index, value);
-            out.extend(render_child(
-                self.rule,
-                child,
-                self.scope,
-                &ctx,
-                Some(item),
-            )?);
+            let one = render_child(self.rule, child, self.scope, &ctx, Some(item))?;
+            if let Some(o) = &one {
+                self.meter.object(o.size)?;
+            }
+            out.extend(one);
         }
         Ok(out)
     }

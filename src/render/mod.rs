@@ -12,6 +12,7 @@
 //! shape ([`model`]). Uses: `rules` and `schema` only. Used by: `apply`, `status`,
 //! `reconcile`, the CLI.
 
+mod budget;
 mod context;
 mod existing;
 mod graph;
@@ -21,10 +22,11 @@ mod object;
 pub mod readiness;
 
 pub use context::{Scope, merge_defaults, scope};
-pub use existing::{Lookup, find_existing};
-pub use graph::{Plan, Waiting, render_with};
+pub use existing::{Lookup, find_existing, lookups, with_found};
+pub use graph::{Plan, Waiting, render_applied, render_with};
 pub use model::{
-    CHILD_LABEL, FIELD_MANAGER, HASH_ANNOTATION, Item, RULE_LABEL, RenderError, Rendered, group_of,
+    CHILD_LABEL, FIELD_MANAGER, HASH_ANNOTATION, Item, ON_REMOVE_ANNOTATION, RULE_LABEL,
+    RenderError, Rendered, group_of,
 };
 pub use normalize::normalize;
 pub use object::{hash_of, render_child};

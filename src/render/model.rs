@@ -7,6 +7,9 @@ use serde_json::Value;
 pub const RULE_LABEL: &str = "ruleop.dev/rule";
 /// Label naming the child id within its rule.
 pub const CHILD_LABEL: &str = "ruleop.dev/child";
+/// Annotation on a child whose objects are orphaned, not deleted, when they leave the rule
+/// (`onRemove: Orphan`): the object itself says so, whatever version of the rule runs.
+pub const ON_REMOVE_ANNOTATION: &str = "ruleop.dev/on-remove";
 /// Annotation holding a hash of everything ruleop sets on the child.
 pub const HASH_ANNOTATION: &str = "ruleop.dev/applied-hash";
 /// The field manager of every write ruleop makes.
@@ -24,6 +27,8 @@ pub struct Rendered {
     pub hash: String,
     /// The item it was made for, when its child is a collection.
     pub item: Option<Item>,
+    /// Its size as JSON, in bytes (counted against the render's budget).
+    pub size: usize,
 }
 
 /// The item of a collection one object was made for.
@@ -83,6 +88,12 @@ pub enum RenderError {
     /// A template read a field of another child's live object that it does not have yet.
     #[error("child `{child}` waits for `{what}` (not in the cluster yet)")]
     Unobserved { child: String, what: String },
+    /// The render of this resource went past its budget (objects, bytes or evaluations):
+    /// one resource may not take the process's memory or time from the others.
+    #[error(
+        "the render of this resource is past its budget: {what} (at most {limit}); nothing was applied: make fewer or smaller objects for one resource, or split it into several"
+    )]
+    Budget { what: String, limit: String },
     /// Two children rendered the same object (same group, kind and name).
     #[error(
         "`{first}` and `{second}` both render {kind} {name:?}; each apply would undo the other's: nothing was applied (give them names that differ for every resource, and for every item of a collection)"

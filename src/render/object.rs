@@ -2,10 +2,13 @@
 //! (namespace, labels, ownerReference, hash annotation).
 
 use super::context::Scope;
-use super::model::{CHILD_LABEL, HASH_ANNOTATION, Item, RULE_LABEL, RenderError, Rendered};
+use super::model::{
+    CHILD_LABEL, HASH_ANNOTATION, Item, ON_REMOVE_ANNOTATION, RULE_LABEL, RenderError, Rendered,
+};
 use super::normalize::normalize;
 use crate::rules::compile::jinja_reason;
 use crate::rules::program::ExprRef;
+use crate::rules::spec::OnRemove;
 use crate::rules::{CompiledChild, CompiledRule, Key, Node};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -25,6 +28,7 @@ pub(super) fn items_of(
     over: &ExprRef,
     ctx: &minijinja::Value,
 ) -> Result<Vec<minijinja::Value>, String> {
+    super::budget::spend().map_err(|e| e.to_string())?;
     let v = rule.program.eval(over, ctx).map_err(|e| jinja_reason(&e))?;
     if v.is_none() {
         return Ok(Vec::new());
@@ -89,6 +93,7 @@ pub fn render_child(
         reason: jinja_reason(&e),
     };
     if let Some(w) = &child.when {
+        super::budget::spend()?;
         let v = rule
             .program
             .eval(w, ctx)
@@ -157,6 +162,14 @@ pub fn render_child(
     if let Some(owner) = &scope.owner {
         meta.insert("ownerReferences".into(), Value::Array(vec![owner.clone()]));
     }
+    if child.on_remove == OnRemove::Orphan {
+        let ann = meta
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Some(ann) = ann.as_object_mut() {
+            ann.insert(ON_REMOVE_ANNOTATION.into(), Value::String("Orphan".into()));
+        }
+    }
     // One serialization serves the size cap and the hash.
     let bytes = serde_json::to_vec(&object).unwrap_or_default();
     let size = bytes.len();
@@ -189,6 +202,7 @@ pub fn render_child(
         object,
         hash,
         item,
+        size,
     }))
 }
 
@@ -242,6 +256,9 @@ fn eval_node(
         field: field_of(at),
         reason,
     };
+    if matches!(node, Node::Expr(_) | Node::Text(_)) {
+        super::budget::spend()?;
+    }
     Ok(match node {
         Node::Literal(v) => v.clone(),
         Node::Expr(e) => {

@@ -5,7 +5,7 @@
 
 use super::compile::CompiledRule;
 use super::error::LoadError;
-use super::load::{collect_files, dedupe, load_file};
+use super::load::{collect_files, load_file};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -80,26 +80,51 @@ impl RuleBook {
         &self.problems
     }
 
-    /// The rules in force, one per name and one per watched resource (the first file in
-    /// path order wins). A rule refused for watching what another watches keeps its last
-    /// version in force, if it had one that does not collide.
+    /// The rules in force: one per name (the first file in path order wins), and none for
+    /// a resource that two rules watch: both are refused, on every replica alike, whatever
+    /// ran before (a choice between them would depend on what each replica loaded first,
+    /// and a failover would change which rule writes). A refused rule keeps its last
+    /// version in force if that one watched something else.
     pub fn rules(&mut self) -> Vec<Arc<CompiledRule>> {
-        let mut all: Vec<Arc<CompiledRule>> = self.files.values().flatten().cloned().collect();
-        // A rule already in force, unchanged, comes first: an edit of another rule that
-        // now collides with it cannot push it out.
-        all.sort_by_key(|r| {
-            self.in_force
-                .get(&r.name)
-                .is_none_or(|f| f.fingerprint != r.fingerprint)
-        });
-        let (mut kept, dups) = dedupe(all);
-        for d in dups {
+        let all: Vec<Arc<CompiledRule>> = self.files.values().flatten().cloned().collect();
+        let (named, dups) = dedupe_names(all);
+        let mut by_watch: BTreeMap<(String, String), Vec<Arc<CompiledRule>>> = BTreeMap::new();
+        for r in named {
+            by_watch
+                .entry((r.watch.group.clone(), r.watch.resource.clone()))
+                .or_default()
+                .push(r);
+        }
+        let mut kept = Vec::new();
+        let mut problems: Vec<LoadError> = dups;
+        for (_, rules) in by_watch {
+            if let [only] = rules.as_slice() {
+                kept.push(only.clone());
+                continue;
+            }
+            for (i, r) in rules.iter().enumerate() {
+                let other = &rules[if i == 0 { 1 } else { 0 }];
+                problems.push(LoadError::SameWatch(Box::new(super::error::SameWatch {
+                    rule: r.name.clone(),
+                    other: other.name.clone(),
+                    watch: format!("{}/{} {}", r.watch.group, r.watch.version, r.watch.resource),
+                    first: other.at.clone(),
+                    second: r.at.clone(),
+                })));
+            }
+        }
+        for d in problems {
             if let LoadError::SameWatch(w) = &d
                 && let Some(prev) = self.in_force.get(&w.rule)
                 && !kept.iter().any(|k| {
                     k.name == prev.name
                         || (k.watch.group == prev.watch.group
                             && k.watch.resource == prev.watch.resource)
+                })
+                && !self.files.values().flatten().any(|r| {
+                    r.name != prev.name
+                        && r.watch.group == prev.watch.group
+                        && r.watch.resource == prev.watch.resource
                 })
             {
                 kept.push(prev.clone());
@@ -112,9 +137,32 @@ impl RuleBook {
                 self.problems.push(p);
             }
         }
+        kept.sort_by(|a, b| a.name.cmp(&b.name));
         self.in_force = kept.iter().map(|r| (r.name.clone(), r.clone())).collect();
         kept
     }
+}
+
+/// Rules with distinct names (the first of a name, in path order, wins), and an error for
+/// each other one.
+fn dedupe_names(rules: Vec<Arc<CompiledRule>>) -> (Vec<Arc<CompiledRule>>, Vec<LoadError>) {
+    let mut first: BTreeMap<String, super::error::Location> = BTreeMap::new();
+    let mut kept = Vec::new();
+    let mut errors = Vec::new();
+    for r in rules {
+        match first.get(&r.name) {
+            Some(at) => errors.push(LoadError::Duplicate {
+                rule: r.name.clone(),
+                first: at.clone(),
+                second: r.at.clone(),
+            }),
+            None => {
+                first.insert(r.name.clone(), r.at.clone());
+                kept.push(r);
+            }
+        }
+    }
+    (kept, errors)
 }
 
 #[cfg(test)]
@@ -164,7 +212,7 @@ mod tests {
     }
 
     #[test]
-    fn a_second_rule_on_a_watched_resource_is_refused_and_its_last_good_version_stays() {
+    fn a_second_rule_on_a_watched_resource_refuses_both_and_its_last_good_version_stays() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.yaml"), GOOD).unwrap();
         std::fs::write(dir.path().join("b.yaml"), OTHER).unwrap();
@@ -182,48 +230,56 @@ mod tests {
         .unwrap();
         book.reload();
         let rules = book.rules();
-        assert_eq!(book.problems.len(), 1, "{:?}", book.problems);
-        let msg = &book.problems[0].message;
+        assert_eq!(book.problems.len(), 2, "{:?}", book.problems);
         assert!(
-            msg.contains("b.yaml:1") && msg.contains("already watches"),
-            "{msg}"
+            book.problems
+                .iter()
+                .any(|p| p.message.contains("b.yaml:1") && p.message.contains("already watches")),
+            "{:?}",
+            book.problems
         );
         let other = rules
             .iter()
             .find(|r| r.name == "other")
             .expect("last good kept");
         assert_eq!(other.watch.resource, "others");
-        assert_eq!(rules.len(), 2);
+        assert_eq!(rules.len(), 1, "`web` is refused too: nobody writes webs");
     }
 
     #[test]
-    fn an_edit_that_collides_with_a_running_rule_does_not_push_it_out() {
+    fn rules_that_watch_one_resource_are_all_refused_whatever_ran_before() {
+        let colliding = OTHER.replace("resource: others", "resource: webs");
+        // One replica ran `web`, then `other` was edited to watch what `web` watches.
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.yaml"), OTHER).unwrap();
         std::fs::write(dir.path().join("b.yaml"), GOOD).unwrap();
-        let mut book = RuleBook::new(vec![dir.path().to_path_buf()]);
-        book.reload();
-        assert_eq!(book.rules().len(), 2);
-        // a.yaml (first in path order) now watches what b.yaml's running rule watches.
-        std::fs::write(
-            dir.path().join("a.yaml"),
-            OTHER.replace("resource: others", "resource: webs"),
-        )
-        .unwrap();
-        book.reload();
-        let rules = book.rules();
-        let web = rules
-            .iter()
-            .find(|r| r.name == "web")
-            .expect("web keeps running");
-        assert_eq!(web.watch.resource, "webs");
+        let mut running = RuleBook::new(vec![dir.path().to_path_buf()]);
+        running.reload();
+        assert_eq!(running.rules().len(), 2);
+        std::fs::write(dir.path().join("a.yaml"), &colliding).unwrap();
+        running.reload();
+        // Another replica starts with the files as they are now.
+        let mut fresh = RuleBook::new(vec![dir.path().to_path_buf()]);
+        fresh.reload();
+        for book in [&mut running, &mut fresh] {
+            let rules = book.rules();
+            assert!(
+                !rules.iter().any(|r| r.watch.resource == "webs"),
+                "nobody writes webs: {:?}",
+                rules.iter().map(|r| &r.name).collect::<Vec<_>>()
+            );
+            for f in ["a.yaml", "b.yaml"] {
+                assert!(
+                    book.problems.iter().any(|p| p.file.ends_with(f)),
+                    "{f}: {:?}",
+                    book.problems
+                );
+            }
+        }
+        // The replica that ran `other` before keeps that version (it watched others).
+        let rules = running.rules();
         let other = rules.iter().find(|r| r.name == "other").expect("last good");
         assert_eq!(other.watch.resource, "others");
-        assert!(
-            book.problems.iter().any(|p| p.file.ends_with("a.yaml")),
-            "{:?}",
-            book.problems
-        );
     }
 
     #[test]

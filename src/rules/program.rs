@@ -161,3 +161,12 @@ impl Program {
         self.template_reads(t, false)
     }
 }
+
+/// The most objects one resource may render.
+pub const MAX_OBJECTS: usize = 2000;
+/// The most bytes of objects (as JSON) one resource may render, all together: with
+/// `--concurrency` reconciles at once, this bounds what renders hold (256 × 4 MiB).
+pub const MAX_RENDER_BYTES: usize = 4 * 1024 * 1024;
+/// The most templates and expressions evaluated for one resource's render (each one on
+/// its own fuel, [`FUEL`]).
+pub const MAX_EVALUATIONS: u64 = 500_000;

@@ -115,6 +115,27 @@ pub struct ChildSpec {
     /// Children that must exist and be ready before this one is applied.
     #[serde(default)]
     pub after: Vec<String>,
+    /// What becomes of its objects when they leave the rule (the child removed, its `when`
+    /// false, its item gone, its kind retired, or the resource deleted).
+    #[serde(default, skip_serializing_if = "OnRemove::is_default")]
+    pub on_remove: OnRemove,
+}
+
+/// What becomes of a child's object when the rule no longer makes it (`onRemove`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub enum OnRemove {
+    /// Deleted (only ruleop's own object, with a uid precondition). The default.
+    #[default]
+    Delete,
+    /// Left in place, no longer ruleop's: its ownerReference to the resource and ruleop's
+    /// labels and annotations are removed. For objects that hold data (a PVC).
+    Orphan,
+}
+
+impl OnRemove {
+    fn is_default(&self) -> bool {
+        *self == OnRemove::Delete
+    }
 }
 
 /// Which existing objects of a child's name ruleop may take over (`children[].adopt`).

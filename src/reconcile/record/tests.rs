@@ -200,7 +200,7 @@ async fn a_write_answered_in_time_is_the_reconciles_own() {
     let records = seen(&["a"]);
     let r = res("a", "u-a");
     let step = records
-        .send(&r, key("a"), after(5, "ok"), Duration::from_secs(5))
+        .send(&r, ("c", key("a")), after(5, "ok"), Duration::from_secs(5))
         .await;
     assert!(matches!(step, Step::Done(Ok("ok"))), "{step:?}");
     assert_eq!(records.on_their_way(), 0);
@@ -212,7 +212,12 @@ async fn a_slow_write_goes_on_and_its_answer_is_taken_once() {
     let records = seen(&["a"]);
     let r = res("a", "u-a");
     let step = records
-        .send(&r, key("a"), after(200, "late"), Duration::from_millis(20))
+        .send(
+            &r,
+            ("c", key("a")),
+            after(200, "late"),
+            Duration::from_millis(20),
+        )
         .await;
     assert!(matches!(step, Step::OnItsWay), "{step:?}");
     assert_eq!(records.on_their_way(), 1);
@@ -244,7 +249,12 @@ async fn dropping_the_records_stops_the_writes_on_their_way() {
         s.store(true, Ordering::SeqCst);
     };
     let step = records
-        .send(&res("a", "u-a"), key("a"), write, Duration::from_millis(10))
+        .send(
+            &res("a", "u-a"),
+            ("c", key("a")),
+            write,
+            Duration::from_millis(10),
+        )
         .await;
     assert!(matches!(step, Step::OnItsWay));
     drop(records);
@@ -261,7 +271,7 @@ async fn beyond_its_room_a_slow_write_is_waited_for() {
     let first = records
         .send(
             &res("a", "u-a"),
-            key("a"),
+            ("c", key("a")),
             after(200, "a"),
             Duration::from_millis(10),
         )
@@ -271,7 +281,7 @@ async fn beyond_its_room_a_slow_write_is_waited_for() {
     let second = records
         .send(
             &res("b", "u-b"),
-            key("b"),
+            ("c", key("b")),
             after(100, "b"),
             Duration::from_millis(10),
         )
@@ -294,13 +304,18 @@ async fn a_resource_deleted_in_the_background_takes_its_writes_on_their_way_alon
     };
     let gone = res("gone", "u-gone");
     let step = records
-        .send(&gone, key("gone-web"), write, Duration::from_millis(10))
+        .send(
+            &gone,
+            ("c", key("gone-web")),
+            write,
+            Duration::from_millis(10),
+        )
         .await;
     assert!(matches!(step, Step::OnItsWay));
     let other = records
         .send(
             &res("other", "u-other"),
-            key("other-web"),
+            ("c", key("other-web")),
             async {},
             Duration::from_millis(10),
         )
@@ -320,7 +335,12 @@ async fn the_writes_of_a_resource_made_again_under_its_name_are_stopped() {
     let old = res("a", "u-a");
     for (r, name) in [(&old, "a"), (&old, "b"), (&res("c", "u-c"), "c")] {
         let step = records
-            .send(r, key(name), after(300, "late"), Duration::from_millis(10))
+            .send(
+                r,
+                ("c", key(name)),
+                after(300, "late"),
+                Duration::from_millis(10),
+            )
             .await;
         assert!(matches!(step, Step::OnItsWay));
     }
@@ -347,7 +367,7 @@ async fn abandoned_writes_are_stopped_and_the_record_stays() {
     let step = records
         .send(
             &r,
-            key("slow"),
+            ("c", key("slow")),
             after(300, "late"),
             Duration::from_millis(10),
         )
@@ -358,4 +378,55 @@ async fn abandoned_writes_are_stopped_and_the_record_stays() {
     assert!(records.take(&r, &key("slow")).await.is_none());
     assert!(records.written(&r, &key("done")).is_some());
     assert_eq!(records.len(), 1);
+}
+
+#[tokio::test]
+async fn a_write_on_its_way_to_a_child_no_longer_rendered_is_stopped() {
+    let records = seen(&["a"]);
+    let r = res("a", "u-a");
+    let sent = Arc::new(AtomicBool::new(false));
+    let s = sent.clone();
+    let write = async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s.store(true, Ordering::SeqCst);
+    };
+    let step = records
+        .send(&r, ("c", key("gone")), write, Duration::from_millis(10))
+        .await;
+    assert!(matches!(step, Step::OnItsWay));
+    let kept = records
+        .send(&r, ("c", key("kept")), async {}, Duration::from_millis(10))
+        .await;
+    assert!(matches!(kept, Step::Done(Ok(()))));
+    records.stop_writes_except(
+        &r,
+        &[key("kept")].into_iter().collect(),
+        &Default::default(),
+    );
+    assert_eq!(records.on_their_way(), 0);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!sent.load(Ordering::SeqCst), "its write was stopped");
+}
+
+#[tokio::test]
+async fn the_write_of_a_child_that_waits_goes_on() {
+    let records = seen(&["a"]);
+    let r = res("a", "u-a");
+    let step = records
+        .send(
+            &r,
+            ("app", key("a-app")),
+            after(200, "late"),
+            Duration::from_millis(10),
+        )
+        .await;
+    assert!(matches!(step, Step::OnItsWay));
+    // `app` now waits (not rendered this round): its object is kept as it is.
+    records.stop_writes_except(&r, &HashSet::new(), &["app"].into_iter().collect());
+    assert_eq!(records.on_their_way(), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(matches!(
+        records.take(&r, &key("a-app")).await,
+        Some(Step::Done(Ok("late")))
+    ));
 }

@@ -156,9 +156,10 @@ fn the_checksum_of_a_rendered_child_changes_with_its_content_only() {
 #[test]
 fn a_missing_existing_object_makes_its_readers_wait_naming_it() {
     let r = microservice();
-    let s = scope(&r, &shop(shop_spec()))
-        .unwrap()
-        .with_existing(&r, vec![Err("Secret `db`".into())]);
+    let s = scope(&r, &shop(shop_spec())).unwrap().with_existing(
+        &r,
+        vec![Err("Secret `db` (not found in namespace n)".into())],
+    );
     let p = render_with(&r, &s, &|_| None).unwrap();
     let migrate = p.waiting.iter().find(|w| w.id == "migrate").unwrap();
     assert_eq!(
@@ -317,4 +318,51 @@ fn status_reads_of_existing_objects_and_item_names_are_checked() {
         all.contains("`dbb` names no existing object") && all.contains("did you mean `db`?"),
         "{all}"
     );
+}
+
+#[test]
+fn in_the_cluster_a_reader_waits_until_its_dependency_is_the_one_rendered_now() {
+    let r = rule(
+        "name: a\nwatch: {group: x.io, version: v1, resource: as}\nchildren:\n  - id: db\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}-db\"}, data: {v: \"{{ spec.v }}\"}}\n  - id: app\n    after: [db]\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}-app\"}, data: {v: \"{{ spec.v }}\"}}\n",
+    );
+    let cr = json!({"apiVersion": "x.io/v1", "kind": "A", "metadata": {"name": "s", "namespace": "n", "uid": "u"}, "spec": {"v": "2"}});
+    let s = scope(&r, &cr).unwrap();
+    let db_now = render_with(&r, &s, &|_| None).unwrap().children[0].clone();
+    let live = |hash: &str| {
+        let mut o = db_now.object.clone();
+        o["metadata"]["annotations"][crate::render::HASH_ANNOTATION] = json!(hash);
+        o
+    };
+    let old = live("an-older-render");
+    // Offline, the file's object is taken as it is.
+    let p = render_with(&r, &s, &|c: &Rendered| (c.id == "db").then(|| old.clone())).unwrap();
+    assert!(p.waiting.is_empty(), "{:?}", p.waiting);
+    // In the cluster, the old db is not the one rendered now: app waits.
+    let p = render_applied(&r, &s, &|c: &Rendered| (c.id == "db").then(|| old.clone())).unwrap();
+    let app = p.waiting.iter().find(|w| w.id == "app").expect("app waits");
+    assert!(app.reason.contains("to be applied"), "{}", app.reason);
+    let current = live(&db_now.hash);
+    let p = render_applied(&r, &s, &|c: &Rendered| {
+        (c.id == "db").then(|| current.clone())
+    })
+    .unwrap();
+    assert!(p.waiting.is_empty(), "{:?}", p.waiting);
+}
+
+#[test]
+fn a_render_past_its_budget_fails_with_what_it_went_past() {
+    let r = rule(
+        "name: a\nwatch: {group: x.io, version: v1, resource: as}\nchildren:\n  - id: cm\n    forEach: spec.items\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}-{{ item }}\"}, data: {blob: \"{{ spec.blob }}\"}}\n",
+    );
+    let items: Vec<String> = (0..1000).map(|i| format!("i{i}")).collect();
+    let cr = json!({"apiVersion": "x.io/v1", "kind": "A", "metadata": {"name": "s", "namespace": "n", "uid": "u"},
+        "spec": {"items": items, "blob": "x".repeat(20_000)}});
+    let s = scope(&r, &cr).unwrap();
+    let e = render_with(&r, &s, &|_| None).unwrap_err();
+    assert!(matches!(e, RenderError::Budget { .. }), "{e}");
+    assert!(e.to_string().contains("bytes of objects"), "{e}");
+    let small = json!({"apiVersion": "x.io/v1", "kind": "A", "metadata": {"name": "s", "namespace": "n", "uid": "u"},
+        "spec": {"items": items, "blob": "x"}});
+    let s = scope(&r, &small).unwrap();
+    assert_eq!(render_with(&r, &s, &|_| None).unwrap().children.len(), 1000);
 }

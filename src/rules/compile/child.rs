@@ -143,6 +143,7 @@ pub(super) fn compile_child(
         when,
         template,
         adopt: ch.adopt,
+        on_remove: ch.on_remove,
         ready_when,
         each,
         // Filled in by `link` once every child and existing object is known.

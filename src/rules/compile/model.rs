@@ -47,6 +47,8 @@ pub struct CompiledChild {
     pub template: Node,
     /// Which existing objects of its name the child may take over.
     pub adopt: crate::rules::spec::AdoptPolicy,
+    /// What becomes of its objects when they leave the rule.
+    pub on_remove: crate::rules::spec::OnRemove,
     /// When the live child is ready (it sees `child`); None: its kind's built-in readiness.
     pub ready_when: Option<ExprRef>,
     /// A collection: one object per item of this list.

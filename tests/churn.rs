@@ -1,0 +1,667 @@
+//! The churn test: a seeded random sequence on a control plane of its own, with the API
+//! server's audit log. A rule with a collection, `when`, `after`, `observed`, an existing
+//! selector and an orphaned child is edited (ids renamed, children and kinds added and
+//! removed, `when` flipped, a collection renamed, a wait added); resources are edited,
+//! made and deleted; ruleop is killed; two replicas fail over while one's files lag
+//! behind the other's by a few versions; the API server restarts.
+//!
+//! Checked, from the audit log and the objects: ruleop writes nothing it does not own;
+//! it never deletes an object that the rule in force renders both before and after the
+//! step it deletes in; it never deletes an orphaned child's object; after the last step
+//! every resource is `Synced` and `Ready` with exactly the children a fresh render gives;
+//! then nothing is written for a while.
+//!
+//! `RULEOP_CHURN_SEED` replays a seed (each run prints its own); `RULEOP_CHURN_STEPS`
+//! sets the length (`make test`: 30; `make test-long`: 2000) and
+//! `RULEOP_CHURN_QUIET_SECONDS` the window checked for writes after (20; 60).
+
+mod common;
+
+use common::{Operator, eventually, kubectl_at};
+use k8s_openapi::jiff::Timestamp;
+use ruleop::rules::CompiledRule;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+const NS: &str = "churn";
+const OP_NS: &str = "churn-op";
+const POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    verbs: [create, update, patch, delete]
+  - level: None
+"#;
+
+/// The rule's shape: what each random edit changes.
+#[derive(Clone, Debug)]
+struct Shape {
+    /// The config child's id (renamed back and forth; its objects keep their name).
+    config_id: &'static str,
+    /// `app` reads the config's live uid through `observed` (so it waits a round).
+    app_waits: bool,
+    /// `svc` exists when `spec.expose` is true, or when it is false.
+    svc_when_exposed: bool,
+    /// A Secret child (a kind added and retired).
+    extra: bool,
+    /// The peers' objects are named `<name>-<prefix>-<peer>`.
+    peers_prefix: &'static str,
+    /// The child kept on removal (`onRemove: Orphan`).
+    keep: bool,
+    /// One object per existing ConfigMap labelled `churn-shared`.
+    mirror: bool,
+}
+
+impl Shape {
+    fn text(&self) -> String {
+        let c = self.config_id;
+        let mut s = format!(
+            "name: churn\nwatch: {{group: trust.ruleop.dev, version: v1, resource: boxes}}\n\
+             existing:\n  - {{id: shared, apiVersion: v1, kind: ConfigMap, selector: {{churn-shared: \"yes\"}}}}\n\
+             children:\n\
+             \x20 - id: {c}\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: \"{{{{ name }}}}-config\"}}, data: {{greeting: \"{{{{ spec.greeting }}}}\"}}}}\n\
+             \x20 - id: app\n    after: [{c}]\n    template:\n      apiVersion: apps/v1\n      kind: Deployment\n      metadata:\n        name: \"{{{{ name }}}}-app\"\n        annotations: {ann}\n      spec:\n        replicas: 1\n        selector: {{matchLabels: \"{{{{ selectorLabels }}}}\"}}\n        template:\n          metadata:\n            labels: \"{{{{ selectorLabels }}}}\"\n            annotations: {{checksum: \"{{{{ rendered.{c}.data | sha256 }}}}\"}}\n          spec: {{containers: [{{name: app, image: \"{{{{ spec.image }}}}\"}}]}}\n\
+             \x20 - id: svc\n    when: \"{when}\"\n    template: {{apiVersion: v1, kind: Service, metadata: {{name: \"{{{{ name }}}}-svc\"}}, spec: {{selector: \"{{{{ selectorLabels }}}}\", ports: [{{port: 80}}]}}}}\n\
+             \x20 - id: peer\n    forEach: spec.peers\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: \"{{{{ name }}}}-{p}-{{{{ item }}}}\"}}, data: {{peer: \"{{{{ item }}}}\"}}}}\n",
+            ann = if self.app_waits {
+                format!("{{config-uid: \"{{{{ observed.{c}.metadata.uid }}}}\"}}")
+            } else {
+                "{}".into()
+            },
+            when = if self.svc_when_exposed {
+                "spec.expose"
+            } else {
+                "not spec.expose"
+            },
+            p = self.peers_prefix,
+        );
+        if self.extra {
+            s.push_str("  - id: extra\n    template: {apiVersion: v1, kind: Secret, metadata: {name: \"{{ name }}-extra\"}, stringData: {a: b}}\n");
+        }
+        if self.keep {
+            s.push_str("  - id: keep\n    onRemove: Orphan\n    adopt: IfOrphan\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}-keep\"}, data: {kept: \"yes\"}}\n");
+        }
+        if self.mirror {
+            s.push_str("  - id: mirror\n    forEach: existing.shared\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}-m-{{ item.metadata.name }}\"}, data: {from: \"{{ item.metadata.name }}\"}}\n");
+        }
+        s
+    }
+
+    fn mutate(&mut self, rng: &mut fastrand::Rng) -> &'static str {
+        match rng.usize(0..7) {
+            0 => {
+                self.config_id = if self.config_id == "config" {
+                    "settings"
+                } else {
+                    "config"
+                };
+                "rename the config child"
+            }
+            1 => {
+                self.app_waits = !self.app_waits;
+                "app reads the config through observed, or stops"
+            }
+            2 => {
+                self.svc_when_exposed = !self.svc_when_exposed;
+                "flip the service's when"
+            }
+            3 => {
+                self.extra = !self.extra;
+                "add or remove the Secret child (a kind)"
+            }
+            4 => {
+                self.peers_prefix = if self.peers_prefix == "p" { "q" } else { "p" };
+                "rename the peers' objects"
+            }
+            5 => {
+                self.keep = !self.keep;
+                "add or remove the orphaned child"
+            }
+            _ => {
+                self.mirror = !self.mirror;
+                "add or remove the existing-selector collection"
+            }
+        }
+    }
+}
+
+fn random_spec(rng: &mut fastrand::Rng) -> Value {
+    let peers: Vec<&str> = ["a", "b", "c", "d"]
+        .into_iter()
+        .filter(|_| rng.bool())
+        .collect();
+    let greeting = ["hi", "hello", "hey"][rng.usize(0..3)];
+    let image = ["nginx:1.27", "nginx:1.28"][rng.usize(0..2)];
+    json!({"greeting": greeting, "image": image, "expose": rng.bool(), "peers": peers})
+}
+
+/// (kind, name) of every object a resource's render gives (as if every child were in the
+/// cluster as rendered, so that waiting children are counted too).
+fn expected(rule: &CompiledRule, cr: &Value, shared: &[Value]) -> BTreeSet<(String, String)> {
+    let Ok(scope) = ruleop::render::scope(rule, cr) else {
+        return BTreeSet::new();
+    };
+    let Ok((scope, _)) = ruleop::render::find_existing(rule, scope, |_, _| shared.to_vec()) else {
+        return BTreeSet::new();
+    };
+    let live = |r: &ruleop::render::Rendered| {
+        let mut o = r.object.clone();
+        o["metadata"]["uid"] = json!("uid");
+        Some(o)
+    };
+    ruleop::render::render_with(rule, &scope, &live)
+        .map(|p| p.children.into_iter().map(|c| (c.kind, c.name)).collect())
+        .unwrap_or_default()
+}
+
+fn load(text: &str) -> Arc<CompiledRule> {
+    let (mut rules, errors) = ruleop::rules::load_str(text, Path::new("churn.yaml"));
+    assert!(errors.is_empty(), "{errors:?}\n{text}");
+    rules.remove(0)
+}
+
+/// A replica: its rules file, its process, and the version its file holds.
+struct Replica {
+    name: &'static str,
+    file: PathBuf,
+    /// The rule its file holds now.
+    current: Arc<CompiledRule>,
+    op: Option<Operator>,
+    starts: usize,
+    /// The rule edits not yet in its file (its kubelet is behind), with when they land.
+    behind: Vec<(usize, String)>,
+}
+
+impl Replica {
+    fn start(&mut self, kc: &str) {
+        self.starts += 1;
+        let identity = format!("{}-{}", self.name, self.starts);
+        let args = [
+            "--leader-elect",
+            "--lease-namespace",
+            OP_NS,
+            "--lease-name",
+            "churn",
+            "--lease-duration",
+            "6",
+            "--identity",
+            &identity,
+            "--rules-poll-seconds",
+            "1",
+        ];
+        self.op = Some(Operator::start_with_env(
+            NS,
+            &[self.file.to_str().unwrap()],
+            &args,
+            &[("KUBECONFIG", kc)],
+        ));
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut op) = self.op.take() {
+            op.kill();
+        }
+    }
+
+    /// Writes the edits whose time has come.
+    fn catch_up(&mut self, step: usize) {
+        while self.behind.first().is_some_and(|(at, _)| *at <= step) {
+            let (_, text) = self.behind.remove(0);
+            self.write(&text);
+        }
+    }
+
+    fn write(&mut self, text: &str) {
+        std::fs::write(&self.file, text).unwrap();
+        self.current = load(text);
+    }
+}
+
+fn holder(kc: &str) -> Option<String> {
+    let (ok, out, _) = kubectl_at(
+        kc,
+        &[
+            "get",
+            "lease",
+            "churn",
+            "-n",
+            OP_NS,
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+        None,
+    );
+    (ok && !out.is_empty()).then_some(out)
+}
+
+fn apply(kc: &str, obj: &Value) {
+    let (ok, _, err) = kubectl_at(kc, &["apply", "-f", "-"], Some(&obj.to_string()));
+    assert!(ok, "{err}");
+}
+
+fn a_box(name: &str, spec: &Value) -> Value {
+    json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Box",
+        "metadata": {"name": name, "namespace": NS}, "spec": spec})
+}
+
+/// A step: when it started, what every version rendered before and after it, and what it did.
+type Mark = (
+    Timestamp,
+    BTreeSet<(String, String)>,
+    BTreeSet<(String, String)>,
+    String,
+);
+
+/// One write ruleop made, from the audit log.
+struct Write {
+    at: Timestamp,
+    verb: String,
+    resource: String,
+    namespace: String,
+    name: String,
+    code: i64,
+}
+
+fn ruleops_writes(audit: &str) -> Vec<Write> {
+    std::fs::read_to_string(audit)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["userAgent"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with("ruleop/"))
+        })
+        .filter_map(|e| {
+            Some(Write {
+                at: e["requestReceivedTimestamp"].as_str()?.parse().ok()?,
+                verb: e["verb"].as_str()?.to_string(),
+                resource: e["objectRef"]["resource"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                namespace: e["objectRef"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                name: e["objectRef"]["name"].as_str().unwrap_or("").to_string(),
+                code: e["responseStatus"]["code"].as_i64().unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+fn kind_of(resource: &str) -> &str {
+    match resource {
+        "configmaps" => "ConfigMap",
+        "deployments" => "Deployment",
+        "services" => "Service",
+        "secrets" => "Secret",
+        other => other,
+    }
+}
+
+#[tokio::test]
+async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothing() {
+    let seed: u64 = std::env::var("RULEOP_CHURN_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    let steps: usize = std::env::var("RULEOP_CHURN_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    println!("churn: seed {seed} ({steps} steps; replay with RULEOP_CHURN_SEED={seed})");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, audit) = common::cluster_with_audit(NS, POLICY, dir.path(), &[]);
+    let kc = cluster.kubeconfig.clone();
+    cluster.kubectl(
+        &[
+            "apply",
+            "-f",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/trust/crd.yaml"),
+        ],
+        None,
+    );
+    cluster.kubectl(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/boxes.trust.ruleop.dev",
+            "--timeout=60s",
+        ],
+        None,
+    );
+    cluster.kubectl(&["create", "namespace", OP_NS], None);
+    // Objects that are not ruleop's: read by its selector, or carrying its label.
+    let shared: Vec<Value> = ["s1", "s2"]
+        .iter()
+        .map(|n| json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": n, "namespace": NS, "labels": {"churn-shared": "yes"}}, "data": {"x": "1"}}))
+        .collect();
+    let decoy = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "user-notes", "namespace": NS, "labels": {"ruleop.dev/rule": "churn"}}, "data": {"mine": "yes"}});
+    for o in shared.iter().chain([&decoy]) {
+        apply(&kc, o);
+    }
+
+    let mut shape = Shape {
+        config_id: "config",
+        app_waits: false,
+        svc_when_exposed: true,
+        extra: false,
+        peers_prefix: "p",
+        keep: true,
+        mirror: true,
+    };
+    let mut replicas: Vec<Replica> = ["a", "b"]
+        .into_iter()
+        .map(|name| Replica {
+            name,
+            file: dir.path().join(format!("{name}.yaml")),
+            current: load(&shape.text()),
+            op: None,
+            starts: 0,
+            behind: Vec::new(),
+        })
+        .collect();
+    for r in &mut replicas {
+        std::fs::write(&r.file, shape.text()).unwrap();
+        r.start(&kc);
+    }
+    let mut specs: BTreeMap<String, Value> = BTreeMap::new();
+    for i in 0..4 {
+        let spec = random_spec(&mut rng);
+        apply(&kc, &a_box(&format!("r{i}"), &spec));
+        specs.insert(format!("r{i}"), spec);
+    }
+    let mut next = 4;
+    let shared_in_ns: Vec<Value> = shared.clone();
+    let expect_all = |rule: &CompiledRule, specs: &BTreeMap<String, Value>| {
+        specs
+            .iter()
+            .flat_map(|(name, spec)| {
+                let cr = json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Box",
+                    "metadata": {"name": name, "namespace": NS, "uid": "u"}, "spec": spec});
+                expected(rule, &cr, &shared_in_ns)
+            })
+            .collect::<BTreeSet<_>>()
+    };
+    // What every version in a replica's files renders: no replica may delete it.
+    let expect_every = |replicas: &[Replica], specs: &BTreeMap<String, Value>| {
+        let a = expect_all(&replicas[0].current, specs);
+        let b = expect_all(&replicas[1].current, specs);
+        a.intersection(&b).cloned().collect::<BTreeSet<_>>()
+    };
+    // Each step's start and what was expected before and after it.
+    let mut marks: Vec<Mark> = Vec::new();
+    let (mut edits, mut kills, mut failovers, mut restarts) = (0, 0, 0, 0);
+    // Every orphaned child's object ever seen: none may ever go.
+    let mut keeps: BTreeSet<String> = BTreeSet::new();
+    for step in 0..steps {
+        let before = expect_every(&replicas, &specs);
+        let started = Timestamp::now();
+        let what: String = match rng.usize(0..20) {
+            0..=5 => {
+                let what = shape.mutate(&mut rng);
+                let text = shape.text();
+                // One replica's files get it now, the other's after a few steps.
+                let lag = rng.usize(0..4);
+                let first = rng.usize(0..2);
+                replicas[first].write(&text);
+                replicas[1 - first].behind.push((step + lag, text));
+                edits += 1;
+                format!("rule edit: {what} (the other replica's files {lag} steps behind)")
+            }
+            6..=12 if !specs.is_empty() => {
+                // (A deleted resource's name is never used again: it may still be going.)
+                let name = specs
+                    .keys()
+                    .nth(rng.usize(0..specs.len()))
+                    .cloned()
+                    .unwrap();
+                let spec = random_spec(&mut rng);
+                apply(&kc, &a_box(&name, &spec));
+                specs.insert(name.clone(), spec);
+                format!("edit {name}")
+            }
+            6..=13 => {
+                let name = format!("r{next}");
+                next += 1;
+                let spec = random_spec(&mut rng);
+                apply(&kc, &a_box(&name, &spec));
+                specs.insert(name.clone(), spec);
+                format!("make {name}")
+            }
+            14 | 15 => {
+                let Some(name) = specs.keys().nth(rng.usize(0..specs.len().max(1))).cloned() else {
+                    continue;
+                };
+                kubectl_at(
+                    &kc,
+                    &["delete", "box", &name, "-n", NS, "--wait=false"],
+                    None,
+                );
+                specs.remove(&name);
+                format!("delete {name}")
+            }
+            16 | 17 => {
+                // SIGKILL the leader; it comes back as a standby, and the other leads.
+                let leader = holder(&kc).unwrap_or_default();
+                let i = if leader.starts_with('b') { 1 } else { 0 };
+                replicas[i].kill();
+                replicas[i].start(&kc);
+                if leader.is_empty() {
+                    kills += 1;
+                } else {
+                    failovers += 1;
+                }
+                format!("kill the leader {leader}")
+            }
+            18 => {
+                let i = rng.usize(0..2);
+                replicas[i].kill();
+                replicas[i].start(&kc);
+                kills += 1;
+                format!("kill replica {}", replicas[i].name)
+            }
+            _ => {
+                cluster.ctl("stop", "kube-apiserver");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                cluster.ctl("start", "kube-apiserver");
+                cluster.wait_ready().await;
+                restarts += 1;
+                "restart the API server".into()
+            }
+        };
+        for r in &mut replicas {
+            r.catch_up(step);
+        }
+        let after = expect_every(&replicas, &specs);
+        println!("churn: step {step}: {what}");
+        marks.push((started, before, after, what));
+        keeps.extend(
+            common::list_at(&kc, "configmaps", NS, None)
+                .iter()
+                .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
+                .filter(|n| n.ends_with("-keep")),
+        );
+        tokio::time::sleep(Duration::from_millis(rng.u64(200..2500))).await;
+    }
+    for r in &mut replicas {
+        r.catch_up(usize::MAX);
+    }
+    let end = Timestamp::now();
+    println!(
+        "churn: {steps} steps: {edits} rule edits, {kills} kills, {failovers} failovers, {restarts} API server restarts"
+    );
+
+    // Every resource converges to a fresh render, Synced and Ready.
+    let rule = load(&shape.text());
+    let want = expect_all(&rule, &specs);
+    let took = std::time::Instant::now();
+    let last = std::sync::Mutex::new(String::new());
+    eventually(
+        Duration::from_secs(240),
+        "every resource converged",
+        || async {
+            converged(&kc, &specs, &want).err().map_or(Some(()), |why| {
+                let mut last = last.lock().unwrap();
+                if *last != why {
+                    println!("churn: not yet: {why}");
+                    *last = why;
+                }
+                None
+            })
+        },
+    )
+    .await;
+    println!(
+        "churn: converged {:.0} s after the last step",
+        took.elapsed().as_secs_f64()
+    );
+
+    // Nothing written in the window after.
+    let quiet_seconds: u64 = std::env::var("RULEOP_CHURN_QUIET_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let quiet = Timestamp::now();
+    tokio::time::sleep(Duration::from_secs(quiet_seconds)).await;
+    let writes = ruleops_writes(&audit);
+    let late: Vec<String> = writes
+        .iter()
+        .filter(|w| w.at > quiet && w.resource != "leases" && w.resource != "events")
+        .map(|w| format!("{} {} {}", w.verb, w.resource, w.name))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "seed {seed}: writes after convergence: {late:?}"
+    );
+
+    // Nothing ruleop does not own was written.
+    let foreign: Vec<String> = writes
+        .iter()
+        .filter(|w| w.code < 400)
+        .filter(|w| {
+            w.namespace == NS
+                && w.resource == "configmaps"
+                && (w.name == "user-notes" || w.name == "s1" || w.name == "s2")
+        })
+        .map(|w| format!("{} {}", w.verb, w.name))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "seed {seed}: others' objects written: {foreign:?}"
+    );
+    let elsewhere: Vec<String> = writes
+        .iter()
+        .filter(|w| w.namespace != NS && w.namespace != OP_NS && w.resource != "events")
+        .map(|w| format!("{} {} {}/{}", w.verb, w.resource, w.namespace, w.name))
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "seed {seed}: writes outside: {elsewhere:?}"
+    );
+
+    // No delete of what every version in the replicas' files rendered all along: from a
+    // few seconds before the delete (a prune decided on an older spec may land a little
+    // later) to the end of the step after it; after the last step, of what the final
+    // render gives. And never one of an orphaned child's object.
+    marks.push((end, want.clone(), want.clone(), "converging".into()));
+    let window = k8s_openapi::jiff::SignedDuration::from_secs(5);
+    let mut wrong = Vec::new();
+    for w in writes.iter().filter(|w| w.verb == "delete" && w.code < 400) {
+        if w.name.ends_with("-keep") {
+            wrong.push(format!("deleted {} (an orphaned child)", w.name));
+        }
+        let key = (kind_of(&w.resource).to_string(), w.name.clone());
+        let Some(i) = marks.iter().rposition(|(at, ..)| *at <= w.at) else {
+            continue;
+        };
+        let since = w.at.checked_sub(window).unwrap_or(w.at);
+        let first = marks
+            .iter()
+            .position(|(at, ..)| *at >= since)
+            .unwrap_or(i)
+            .min(i);
+        let all_along = marks[first..=i]
+            .iter()
+            .all(|(_, before, after, _)| before.contains(&key) && after.contains(&key))
+            && marks.get(i + 1).is_none_or(|m| m.2.contains(&key));
+        if all_along {
+            wrong.push(format!(
+                "deleted {} {} during step {i} ({}) while every version rendered it",
+                key.0, key.1, marks[i].3
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "seed {seed}: {wrong:#?}");
+    let present: BTreeSet<String> = common::list_at(&kc, "configmaps", NS, None)
+        .iter()
+        .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    let lost: Vec<&String> = keeps.difference(&present).collect();
+    assert!(
+        lost.is_empty(),
+        "seed {seed}: orphaned objects gone: {lost:?}"
+    );
+    for r in &mut replicas {
+        r.kill();
+    }
+    drop(cluster);
+}
+
+/// Whether every resource of `specs` is Synced and Ready with exactly the children of
+/// `want` (and the objects of `want` belong to them); what is missing otherwise.
+fn converged(
+    kc: &str,
+    specs: &BTreeMap<String, Value>,
+    want: &BTreeSet<(String, String)>,
+) -> Result<(), String> {
+    for name in specs.keys() {
+        let (ok, out, _) = kubectl_at(kc, &["get", "box", name, "-n", NS, "-o", "json"], None);
+        if !ok {
+            return Err(format!("box {name} missing"));
+        }
+        let b: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+        for (cond, reason) in [("Synced", "Applied"), ("Ready", "Ready")] {
+            let ok = common::condition(&b, cond).is_some_and(|c| c["reason"] == reason);
+            if !ok {
+                return Err(format!(
+                    "box {name}: {cond} is {:?}",
+                    common::condition(&b, cond)
+                ));
+            }
+        }
+        if b["status"]["observedGeneration"] != b["metadata"]["generation"] {
+            return Err(format!("box {name}: status behind its generation"));
+        }
+    }
+    let mut have = BTreeSet::new();
+    for kind in ["configmaps", "deployments", "services", "secrets"] {
+        for o in common::list_at(kc, kind, NS, Some("ruleop.dev/rule=churn")) {
+            let owned = o["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| r["controller"] == true));
+            if owned && o["metadata"]["deletionTimestamp"].is_null() {
+                have.insert((
+                    kind_of(kind).to_string(),
+                    o["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                ));
+            }
+        }
+    }
+    if &have != want {
+        let missing: Vec<_> = want.difference(&have).collect();
+        let extra: Vec<_> = have.difference(want).collect();
+        return Err(format!("children: missing {missing:?}, extra {extra:?}"));
+    }
+    Ok(())
+}
