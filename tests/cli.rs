@@ -401,3 +401,36 @@ fn render_with_the_crd_applies_its_defaults_first() {
         "{stdout}"
     );
 }
+
+#[test]
+fn check_takes_on_remove_and_notes_an_orphan_that_could_not_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = "name: o\nwatch: {group: x.io, version: v1, resource: os}\nchildren:\n  - id: data\n    onRemove: Orphan\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}-data\"}}\n";
+    let f = dir.path().join("o.yaml");
+    std::fs::write(&f, rule).unwrap();
+    let (code, stdout, stderr) = ruleop(&["check", "--rules", f.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("o.yaml:4") && stderr.contains("set `adopt: IfOrphan`"),
+        "{stderr}"
+    );
+    std::fs::write(
+        &f,
+        rule.replace(
+            "    onRemove: Orphan\n",
+            "    onRemove: Orphan\n    adopt: IfOrphan\n",
+        ),
+    )
+    .unwrap();
+    let (code, _, stderr) = ruleop(&["check", "--rules", f.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(!stderr.contains("IfOrphan"), "{stderr}");
+    std::fs::write(&f, rule.replace("Orphan", "Keep")).unwrap();
+    let (code, stdout, stderr) = ruleop(&["check", "--rules", f.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    let all = format!("{stdout}{stderr}");
+    assert!(
+        all.contains("o.yaml:5") && all.contains("unknown variant `Keep`"),
+        "{all}"
+    );
+}

@@ -1,0 +1,123 @@
+//! The command line's arguments, subcommand by subcommand.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ruleop",
+    version,
+    about = "A generic Kubernetes operator driven by rules files"
+)]
+pub(super) struct Cli {
+    #[command(subcommand)]
+    pub(super) command: Command,
+    #[command(flatten)]
+    pub(super) log: LogArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum Command {
+    /// Run the operator against the current kubeconfig (or in-cluster config).
+    Run(crate::operator::RunArgs),
+    /// Print the children a custom resource gets (and, with --observed, its status). No cluster needed.
+    Render(RenderArgs),
+    /// Load and compile rules files; exit 1 if any has an error. No cluster needed.
+    Check(CheckArgs),
+    /// Print the least RBAC the given rules need (ClusterRole, or Roles with --namespace).
+    Rbac(RbacArgs),
+    /// Print the CRDs of the watched kinds, made from the rules' `schema`. No cluster needed.
+    Crd(CrdArgs),
+}
+
+#[derive(Args, Debug)]
+pub(super) struct CrdArgs {
+    /// A rules file or directory (repeat for more).
+    #[arg(long, required = true)]
+    pub(super) rules: Vec<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub(super) struct RbacArgs {
+    /// A rules file or directory (repeat for more).
+    #[arg(long, required = true)]
+    pub(super) rules: Vec<PathBuf>,
+    /// Grant access in this namespace only (Roles instead of a ClusterRole).
+    #[arg(long)]
+    pub(super) namespace: Option<String>,
+    /// Name of the roles and bindings.
+    #[arg(long, default_value = "ruleop")]
+    pub(super) name: String,
+    /// The operator's ServiceAccount.
+    #[arg(long, default_value = "ruleop")]
+    pub(super) service_account: String,
+    /// The namespace the operator runs in (its ServiceAccount and Lease are there).
+    #[arg(long, default_value = "ruleop-system")]
+    pub(super) operator_namespace: String,
+    /// CRD files of the watched kinds (repeat for more): a kind whose CRD has no status
+    /// subresource gets `patch` on the resource itself, where ruleop then writes its status.
+    #[arg(long)]
+    pub(super) crd: Vec<PathBuf>,
+    /// Also grant what `ruleop run --install-crds` needs: reading, creating and patching
+    /// the rules' CRDs (a ClusterRole: CRDs are cluster-scoped).
+    #[arg(long)]
+    pub(super) install_crds: bool,
+}
+
+#[derive(Args, Debug)]
+pub(super) struct LogArgs {
+    /// Log format.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "RULEOP_LOG_FORMAT"
+    )]
+    pub(super) log_format: LogFormat,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub(super) enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub(super) struct RenderArgs {
+    /// A rules file or directory (repeat for more).
+    #[arg(long, required = true)]
+    pub(super) rules: Vec<PathBuf>,
+    /// The rule to use; by default, the one whose watched resource matches the custom resource's kind.
+    #[arg(long)]
+    pub(super) rule: Option<String>,
+    /// A YAML file with one or more custom resources.
+    pub(super) cr: PathBuf,
+    /// A YAML stream of live children (as `kubectl get -o yaml` prints them): also prints the status.
+    #[arg(long)]
+    pub(super) observed: Option<PathBuf>,
+    /// CRD files (repeat for more): the watched kind's defaults are applied to the custom
+    /// resources first, as the API server would.
+    #[arg(long)]
+    pub(super) crd: Vec<PathBuf>,
+    /// Check every rendered object against its kind's schema (built-in kinds): an unknown
+    /// field, a value of the wrong type, a missing required field fails the render.
+    #[arg(long)]
+    pub(super) strict: bool,
+}
+
+#[derive(Args, Debug)]
+pub(super) struct CheckArgs {
+    /// A rules file or directory (repeat for more).
+    #[arg(long, required = true)]
+    pub(super) rules: Vec<PathBuf>,
+    /// CRD files of the watched kinds (repeat for more): every `spec.…` a rule reads must
+    /// be a field of its CRD (or of the rule's `defaults`).
+    #[arg(long)]
+    pub(super) crd: Vec<PathBuf>,
+    /// Also check against the cluster (current kubeconfig): each rule's CRD (from its
+    /// `schema`) compared with the one it serves (a change that would break stored
+    /// resources is an error), and children of CRD kinds against its `/openapi/v3`.
+    #[arg(long)]
+    pub(super) against_cluster: bool,
+}

@@ -1,0 +1,123 @@
+//! `ruleop check`: every rule loaded and compiled, checked against the given CRDs or the
+//! cluster's schemas and CRDs; one line per rule, errors with file and line.
+
+use super::args::CheckArgs;
+use super::input::{print_errors, read_crds};
+use crate::rules::{self, CompiledRule, LoadError};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// The rules loaded against what the cluster (current kubeconfig) serves: children of
+/// kinds neither built in nor given with `--crd` are checked against the schemas of its
+/// `/openapi/v3`, and each rule's CRD is compared with the one it serves (a breaking
+/// change is an error).
+pub(super) fn load_against_cluster(
+    paths: &[PathBuf],
+    given: &[Value],
+) -> anyhow::Result<(Vec<Arc<CompiledRule>>, Vec<LoadError>)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let client = kube::Client::try_default().await?;
+        let (loaded, _) = rules::load_paths(paths);
+        let unknown = unknown_child_kinds(&loaded);
+        let served = crate::cache::openapi::schemas(&client, &unknown).await?;
+        crate::schema::typed::use_crds(&[given, &served].concat());
+        let (loaded, mut errors) = rules::load_paths(paths);
+        for rule in &loaded {
+            let Some(crd) = &rule.crd else { continue };
+            for b in crate::operator::crds::against_cluster(&client, crd).await? {
+                errors.push(LoadError::Rule(Box::new(rules::error::RuleProblem {
+                    at: rule.at.clone(),
+                    rule: rule.name.clone(),
+                    child: None,
+                    problem: format!("the CRD made from `schema` would break what the cluster stores: {b}"),
+                    fix: "make the change additive (a new optional field, a default), or migrate the stored resources first".into(),
+                })));
+            }
+        }
+        Ok((loaded, errors))
+    })
+}
+
+/// The (apiVersion, kind) of children whose schema is neither shipped nor given.
+pub(super) fn unknown_child_kinds(loaded: &[Arc<CompiledRule>]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = loaded
+        .iter()
+        .flat_map(|r| r.children.iter())
+        .filter(|c| crate::schema::typed::builtin(&c.api_version, &c.kind).is_none())
+        .filter(|c| crate::schema::typed::from_crds(&c.api_version, &c.kind).is_none())
+        .map(|c| (c.api_version.clone(), c.kind.clone()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// A note for each orphaned child that could not take its object back: an object it let
+/// go has no controller, so only `adopt: IfOrphan` adopts it when it comes back.
+pub(super) fn orphan_notes(r: &CompiledRule) {
+    use crate::rules::spec::{AdoptPolicy, OnRemove};
+    for c in &r.children {
+        if c.on_remove == OnRemove::Orphan && c.adopt != AdoptPolicy::IfOrphan {
+            eprintln!(
+                "note: {}: rule `{}`, child `{}`: `onRemove: Orphan` with `adopt: {:?}`: an object it let go that comes back into the rule (its `when` true again, its item back) has no controller and is `NotOwned`; set `adopt: IfOrphan` to take it back",
+                c.at, r.name, c.id, c.adopt
+            );
+        }
+    }
+}
+
+pub(super) fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    // Children of the CRDs' kinds are checked against their schemas too.
+    let crds = read_crds(&args.crd)?;
+    crate::schema::typed::use_crds(&crds);
+    let (loaded, mut errors) = match args.against_cluster {
+        true => load_against_cluster(&args.rules, &crds)?,
+        false => rules::load_paths(&args.rules),
+    };
+    for r in &loaded {
+        match rules::crd::schema_of(r, &crds) {
+            Some(schema) => errors.extend(rules::crd::check_spec_fields(r, schema)),
+            None if crds.is_empty() => {}
+            None => eprintln!(
+                "note: rule `{}`: no CRD given serves {} {}; its spec fields were not checked",
+                r.name,
+                r.watch.api_version(),
+                r.watch.resource
+            ),
+        }
+    }
+    print_errors(&errors);
+    for r in &loaded {
+        orphan_notes(r);
+    }
+    for r in &loaded {
+        let w = &r.watch;
+        let gv = w.api_version();
+        let kinds: Vec<String> = r
+            .children
+            .iter()
+            .map(|c| format!("{}:{}", c.id, c.kind))
+            .collect();
+        println!(
+            "ok   {} ({}): watches {} {}, children [{}], {} status field(s)",
+            r.name,
+            r.at,
+            gv,
+            w.resource,
+            kinds.join(", "),
+            r.fields.len()
+        );
+    }
+    if errors.is_empty() {
+        out!("{} rule(s) ok\n", loaded.len());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        out!("{} rule(s) ok, {} error(s)\n", loaded.len(), errors.len());
+        Ok(ExitCode::FAILURE)
+    }
+}

@@ -1,0 +1,112 @@
+//! What the commands read: rules files (their errors printed), CRDs, objects, and the
+//! rule a custom resource belongs to.
+
+use crate::rules::{self, CompiledRule, LoadError};
+use anyhow::{Context, anyhow, bail};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Every rule of `paths`, or None (with the errors printed) if any has an error.
+pub(super) fn load_all_or_report(paths: &[PathBuf]) -> Option<Vec<Arc<CompiledRule>>> {
+    let (loaded, errors) = rules::load_paths(paths);
+    print_errors(&errors);
+    errors.is_empty().then_some(loaded)
+}
+
+pub(super) fn print_errors(errors: &[LoadError]) {
+    for e in errors {
+        eprintln!("error: {e}");
+    }
+}
+
+/// Reads CRDs from files and directories (every `*.yaml`/`*.yml` in them).
+pub(super) fn read_crds(paths: &[PathBuf]) -> anyhow::Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("reading {}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                .collect();
+            files.sort();
+            for f in files {
+                out.extend(read_objects(&f)?);
+            }
+        } else {
+            out.extend(read_objects(p)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Reads a YAML stream of objects.
+pub(super) fn read_objects(path: &PathBuf) -> anyhow::Result<Vec<Value>> {
+    use serde::Deserialize;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        // serde_yaml 0.9 can panic on malformed streams: an error, not a crash.
+        let v = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Option::<Value>::deserialize(doc)
+        }))
+        .map_err(|_| anyhow!("{}: malformed YAML", path.display()))?
+        .with_context(|| format!("parsing {}", path.display()))?;
+        match v {
+            Some(Value::Object(mut m)) if m.get("kind").and_then(Value::as_str) == Some("List") => {
+                if let Some(Value::Array(items)) = m.remove("items") {
+                    out.extend(items);
+                }
+            }
+            Some(v @ Value::Object(_)) => out.push(v),
+            Some(_) => bail!("{}: a document is not an object", path.display()),
+            None => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The rule for `cr`: the one named, the only one, or the one whose group/version match
+/// and whose resource is the kind's plural.
+pub(super) fn pick_rule<'a>(
+    loaded: &'a [Arc<CompiledRule>],
+    name: Option<&str>,
+    cr: &Value,
+) -> anyhow::Result<&'a CompiledRule> {
+    if let Some(n) = name {
+        return loaded
+            .iter()
+            .map(|r| &**r)
+            .find(|r| r.name == n)
+            .ok_or_else(|| anyhow!("no rule named {n:?}"));
+    }
+    if let [only] = loaded {
+        return Ok(only);
+    }
+    let api_version = cr
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let kind = cr
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_lowercase();
+    let matches: Vec<&CompiledRule> = loaded
+        .iter()
+        .map(|r| &**r)
+        .filter(|r| {
+            r.watch.api_version() == api_version
+                && (r.watch.resource == format!("{kind}s")
+                    || r.watch.resource == format!("{kind}es")
+                    || r.watch.resource == kind)
+        })
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok(one),
+        [] => bail!("no rule watches {api_version} {kind}; name one with --rule"),
+        _ => bail!("several rules watch {api_version} {kind}; name one with --rule"),
+    }
+}

@@ -1,0 +1,163 @@
+//! `ruleop render`: the children (and, with observed objects, the status) a custom
+//! resource gets, with no cluster.
+
+use super::args::RenderArgs;
+use super::input::{load_all_or_report, pick_rule, read_crds, read_objects};
+use crate::render::{self, Rendered};
+use crate::rules::{self, CompiledRule};
+use crate::status;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::process::ExitCode;
+
+pub(super) fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
+    let Some(loaded) = load_all_or_report(&args.rules) else {
+        return Ok(ExitCode::FAILURE);
+    };
+    let crs = read_objects(&args.cr)?;
+    let observed = match &args.observed {
+        Some(p) => Some(read_objects(p)?),
+        None => None,
+    };
+    let crds = read_crds(&args.crd)?;
+    // With --strict, children of the CRDs' kinds are checked against their schemas too.
+    crate::schema::typed::use_crds(&crds);
+    let mut failed = false;
+    for cr in &crs {
+        let rule = pick_rule(&loaded, args.rule.as_deref(), cr)?;
+        // The CRD's defaults first, as the API server applies them when it stores the resource.
+        let mut defaulted = cr.clone();
+        if let Some(schema) = rules::crd::schema_of(rule, &crds) {
+            rules::crd::apply_defaults(&mut defaulted, schema);
+        }
+        let cr = &defaulted;
+        let live_objects = observed.as_deref().unwrap_or_default();
+        let plan = render::scope(rule, cr)
+            .and_then(|s| offline_existing(rule, s, live_objects))
+            .and_then(|s| {
+                let live = |r: &Rendered| find_live(r, live_objects);
+                Ok((render::render_with(rule, &s, &live)?, s))
+            });
+        let (plan, scope) = match plan {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("error: rule `{}`: {e}", rule.name);
+                failed = true;
+                continue;
+            }
+        };
+        if args.strict && !(resource_ok(rule, cr, &crds) & strict_ok(&plan.children)) {
+            failed = true;
+            continue;
+        }
+        for c in &plan.children {
+            out!("---\n{}", serde_yaml::to_string(&c.object)?);
+        }
+        for w in &plan.waiting {
+            eprintln!("note: {}: child `{}` {}", scope.name, w.id, w.reason);
+        }
+        if let Some(live) = &observed {
+            let by_id = match_observed(&plan.children, live);
+            let report = status::compute(rule, &scope, cr, Some(&plan), &by_id);
+            let doc = serde_json::json!({
+                "status": report.fields,
+                "ready": report.ready,
+                "notes": report.notes,
+                "problems": report.problems,
+            });
+            out!(
+                "--- # status of {}\n{}",
+                scope.name,
+                serde_yaml::to_string(&doc)?
+            );
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Checks the custom resource (with its defaults) against its kind's schema, as the API
+/// server would when it is created; prints what is wrong.
+pub(super) fn resource_ok(rule: &CompiledRule, cr: &Value, crds: &[Value]) -> bool {
+    let Some(schema) = rules::crd::schema_of(rule, crds) else {
+        return true;
+    };
+    let name = cr["metadata"]["name"].as_str().unwrap_or("?");
+    let what = format!("resource `{name}` ({})", cr["kind"].as_str().unwrap_or("?"));
+    report_findings(&what, crate::schema::typed::check_object(cr, schema))
+}
+
+/// Checks rendered objects against their kinds' schemas; prints what is wrong.
+pub(super) fn strict_ok(children: &[Rendered]) -> bool {
+    let mut ok = true;
+    for c in children {
+        let from_crd = crate::schema::typed::from_crds(&c.api_version, &c.kind);
+        let Some(schema) =
+            crate::schema::typed::builtin(&c.api_version, &c.kind).or(from_crd.as_ref())
+        else {
+            continue;
+        };
+        let what = format!("child `{}` ({} {})", c.instance(), c.kind, c.name);
+        ok &= report_findings(&what, crate::schema::typed::check_object(&c.object, schema));
+    }
+    ok
+}
+
+/// Prints each finding about `what`; whether there were none.
+pub(super) fn report_findings(what: &str, findings: Vec<crate::schema::typed::Finding>) -> bool {
+    for f in &findings {
+        let field = if f.field.is_empty() {
+            "object"
+        } else {
+            &f.field
+        };
+        eprintln!("error: {what}: {field}: {}\n  fix: {}", f.problem, f.fix);
+    }
+    findings.is_empty()
+}
+
+/// The live object of a rendered child among `live`, by apiVersion, kind and name.
+pub(super) fn find_live(c: &Rendered, live: &[Value]) -> Option<Value> {
+    live.iter()
+        .find(|o| {
+            o.get("apiVersion").and_then(Value::as_str) == Some(c.api_version.as_str())
+                && o.get("kind").and_then(Value::as_str) == Some(c.kind.as_str())
+                && o.pointer("/metadata/name").and_then(Value::as_str) == Some(c.name.as_str())
+        })
+        .cloned()
+}
+
+/// Pairs live objects with rendered children (by instance: `id`, or `id[index]`).
+pub(super) fn match_observed(children: &[Rendered], live: &[Value]) -> HashMap<String, Value> {
+    children
+        .iter()
+        .filter_map(|c| Some((c.instance(), find_live(c, live)?)))
+        .collect()
+}
+
+/// The rule's existing objects, found among the `--observed` objects (those of the
+/// resource's namespace, or with none given).
+pub(super) fn offline_existing(
+    rule: &CompiledRule,
+    scope: render::Scope,
+    live: &[Value],
+) -> Result<render::Scope, render::RenderError> {
+    let ns = scope.namespace.clone();
+    let candidates = |i: usize, _: &render::Lookup| {
+        let e = &rule.existing[i];
+        live.iter()
+            .filter(|o| {
+                o.get("apiVersion").and_then(Value::as_str) == Some(e.api_version.as_str())
+                    && o.get("kind").and_then(Value::as_str) == Some(e.kind.as_str())
+                    && o.pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .is_none_or(|n| n == ns)
+            })
+            .cloned()
+            .collect()
+    };
+    Ok(render::find_existing(rule, scope, candidates)?.0)
+}
