@@ -142,7 +142,10 @@ pub async fn keep_finalizer(ctx: &Ctx, cr: &DynamicObject) -> Result<(), Reconci
 /// listed (what the caches lack would be taken for gone).
 pub async fn step(ctx: &Ctx, r: &ResourceId, cr: &DynamicObject) -> Result<Action, ReconcileError> {
     if !ctx.kinds.listed.children() {
-        tracing::debug!(rule = %ctx.rule.name, object = %cr.name_any(), "deletion waits for the child watches to list");
+        // Said once the usual wait is over: a watch the RBAC forbids never lists.
+        if ctx.kinds.listed.ready() {
+            tracing::warn!(rule = %ctx.rule.name, object = %cr.name_any(), "deletion waits for every child kind's watch to list (is `list`/`watch` on a child kind forbidden?): nothing is deleted or let go on the word of a cache that has not listed");
+        }
         return Ok(Action::requeue(RECHECK));
     }
     let ns = cr.namespace().unwrap_or_default();
