@@ -159,12 +159,71 @@ fn render_with_observed_children_prints_the_status() {
         observed.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains("readyReplicas: 3"), "{stdout}");
+    // The status is on stderr: stdout is the children alone, to pipe into kubectl.
+    assert!(stderr.contains("readyReplicas: 3"), "{stderr}");
     assert!(
-        stdout.contains("url: http://my-blog-web.default.svc.cluster.local:80"),
-        "{stdout}"
+        stderr.contains("url: http://my-blog-web.default.svc.cluster.local:80"),
+        "{stderr}"
     );
-    assert!(stdout.contains("ready: true"), "{stdout}");
+    assert!(stderr.contains("ready: true"), "{stderr}");
+    let docs: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&stdout)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    assert!(
+        docs.iter()
+            .all(|d| d["kind"] == "Deployment" || d["kind"] == "Service"),
+        "only children on stdout: {stdout}"
+    );
+    let status = dir.path().join("status.yaml");
+    let (code, _, stderr) = ruleop(&[
+        "render",
+        "--rules",
+        "rules/",
+        "examples/website.yaml",
+        "--observed",
+        observed.to_str().unwrap(),
+        "--status",
+        status.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let written = std::fs::read_to_string(&status).unwrap();
+    assert!(
+        written.contains("resource: my-blog") && written.contains("readyReplicas: 3"),
+        "{written}"
+    );
+    assert!(!stderr.contains("readyReplicas"), "{stderr}");
+}
+
+#[test]
+fn check_gives_one_verdict_per_rule_and_warns_of_an_empty_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/website.yaml"))
+        .unwrap()
+        .replace("{{ spec.replicas }}", "{{ spec.replcias }}");
+    let file = dir.path().join("website.yaml");
+    std::fs::write(&file, &rule).unwrap();
+    let (code, stdout, stderr) = ruleop(&[
+        "check",
+        "--rules",
+        file.to_str().unwrap(),
+        "--crd",
+        "deploy/crds/",
+    ]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stderr.contains("spec.replcias"), "{stderr}");
+    assert!(
+        !stdout.contains("ok   website"),
+        "not both ok and error: {stdout}"
+    );
+    assert!(stdout.contains("0 rule(s) ok, 1 error(s)"), "{stdout}");
+
+    let empty = dir.path().join("empty.yaml");
+    std::fs::write(&empty, "# nothing yet\n").unwrap();
+    let (code, stdout, stderr) = ruleop(&["check", "--rules", empty.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stderr.contains("warning: no rule"), "{stderr}");
+    let (code, _, _) = ruleop(&["check", "--strict", "--rules", empty.to_str().unwrap()]);
+    assert_eq!(code, 1, "an empty rules file fails --strict");
 }
 
 #[test]

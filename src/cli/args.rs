@@ -93,9 +93,14 @@ pub(super) struct RenderArgs {
     pub(super) rule: Option<String>,
     /// A YAML file with one or more custom resources.
     pub(super) cr: PathBuf,
-    /// A YAML stream of live children (as `kubectl get -o yaml` prints them): also prints the status.
+    /// A YAML stream of live children and existing objects (as `kubectl get -o yaml`
+    /// prints them): the children are rendered as if those were in the cluster, and the
+    /// status they would get is printed on stderr (or to `--status`).
     #[arg(long)]
     pub(super) observed: Option<PathBuf>,
+    /// Write the status of each resource (with --observed) to this file instead of stderr.
+    #[arg(long)]
+    pub(super) status: Option<PathBuf>,
     /// CRD files (repeat for more): the watched kind's defaults are applied to the custom
     /// resources first, as the API server would.
     #[arg(long)]
@@ -120,4 +125,7 @@ pub(super) struct CheckArgs {
     /// resources is an error), and children of CRD kinds against its `/openapi/v3`.
     #[arg(long)]
     pub(super) against_cluster: bool,
+    /// Warnings are errors: no rule found is a failure.
+    #[arg(long)]
+    pub(super) strict: bool,
 }

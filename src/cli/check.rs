@@ -95,7 +95,14 @@ pub(super) fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     for r in &loaded {
         orphan_notes(r);
     }
-    for r in &loaded {
+    // One verdict per rule: a rule with an error is not also said to be ok.
+    let failed: std::collections::BTreeSet<&str> =
+        errors.iter().filter_map(LoadError::rule).collect();
+    let ok: Vec<&Arc<CompiledRule>> = loaded
+        .iter()
+        .filter(|r| !failed.contains(r.name.as_str()))
+        .collect();
+    for r in &ok {
         let w = &r.watch;
         let gv = w.api_version();
         let kinds: Vec<String> = r
@@ -113,11 +120,17 @@ pub(super) fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
             r.fields.len()
         );
     }
+    if ok.is_empty() && errors.is_empty() {
+        eprintln!("warning: no rule in {:?}", args.rules);
+        if args.strict {
+            return Ok(ExitCode::FAILURE);
+        }
+    }
     if errors.is_empty() {
-        out!("{} rule(s) ok\n", loaded.len());
+        out!("{} rule(s) ok\n", ok.len());
         Ok(ExitCode::SUCCESS)
     } else {
-        out!("{} rule(s) ok, {} error(s)\n", loaded.len(), errors.len());
+        out!("{} rule(s) ok, {} error(s)\n", ok.len(), errors.len());
         Ok(ExitCode::FAILURE)
     }
 }

@@ -22,6 +22,13 @@ pub(super) fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
     let crds = read_crds(&args.crd)?;
     // With --strict, children of the CRDs' kinds are checked against their schemas too.
     crate::schema::typed::use_crds(&crds);
+    let mut status_out = match &args.status {
+        Some(p) => Some(
+            std::fs::File::create(p)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?,
+        ),
+        None => None,
+    };
     let mut failed = false;
     for cr in &crs {
         let rule = pick_rule(&loaded, args.rule.as_deref(), cr)?;
@@ -60,16 +67,21 @@ pub(super) fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
             let by_id = match_observed(&plan.children, live);
             let report = status::compute(rule, &scope, cr, Some(&plan), &by_id);
             let doc = serde_json::json!({
+                "resource": scope.name,
                 "status": report.fields,
                 "ready": report.ready,
                 "notes": report.notes,
                 "problems": report.problems,
             });
-            out!(
-                "--- # status of {}\n{}",
-                scope.name,
-                serde_yaml::to_string(&doc)?
-            );
+            // Never in the children's stream: `render | kubectl apply -f -` stays whole.
+            let text = format!("---\n{}", serde_yaml::to_string(&doc)?);
+            match &mut status_out {
+                Some(file) => {
+                    use std::io::Write as _;
+                    file.write_all(text.as_bytes())?;
+                }
+                None => eprint!("{text}"),
+            }
         }
     }
     Ok(if failed {

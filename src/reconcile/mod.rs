@@ -250,12 +250,7 @@ async fn sync_children(
     let mut problems: Vec<Problem> = finalizer.into_iter().collect();
     problems.append(&mut round.problems);
     if !out.waiting.is_empty() {
-        let message = out
-            .waiting
-            .iter()
-            .map(|w| format!("child `{}` {}", w.id, w.reason))
-            .collect::<Vec<_>>()
-            .join("; ");
+        let message = crate::status::verdict::waiting_message(&out.waiting);
         problems.push(Problem {
             reason: "Waiting",
             message,

@@ -4,6 +4,7 @@
 
 use crate::apply::{ApplyError, Outcome};
 use crate::render::Rendered;
+pub use crate::status::verdict::{MAX_MESSAGE, bounded};
 use serde_json::Value;
 
 /// How a problem is retried.
@@ -57,45 +58,6 @@ impl Sync {
             retry,
         })
     }
-}
-
-/// The most a condition message holds, in bytes: a condition's message may be 32768 bytes
-/// at most (`metav1.Condition`), and the status has two of them beside its fields.
-pub const MAX_MESSAGE: usize = 8 * 1024;
-
-/// `parts` joined with "; ", as many as fit in [`MAX_MESSAGE`], then "… and K more" (a
-/// single part too long for it is cut at a character boundary).
-pub fn bounded<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
-    let parts: Vec<&str> = parts.into_iter().collect();
-    let room = MAX_MESSAGE - 64;
-    let mut out = String::new();
-    for (i, p) in parts.iter().enumerate() {
-        let sep = if out.is_empty() { "" } else { "; " };
-        if out.len() + sep.len() + p.len() > room {
-            if out.is_empty() {
-                out.push_str(cut(p, room));
-                out.push_str(" …");
-                if parts.len() > 1 {
-                    out.push_str(&format!(" and {} more", parts.len() - 1));
-                }
-            } else {
-                out.push_str(&format!("; … and {} more", parts.len() - i));
-            }
-            return out;
-        }
-        out.push_str(sep);
-        out.push_str(p);
-    }
-    out
-}
-
-/// The longest start of `s` of at most `max` bytes, at a character boundary.
-fn cut(s: &str, max: usize) -> &str {
-    let mut end = max.min(s.len());
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// A child write's answer, with what it sent and what the cache held when it was sent

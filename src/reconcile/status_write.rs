@@ -4,11 +4,12 @@
 //! it differs.
 
 use super::ctx::Ctx;
-use super::outcome::{ReconcileError, Sync, bounded};
+use super::outcome::{ReconcileError, Sync};
 use super::record::{ResourceId, StatusMark};
 use crate::apply::{Lag, ObjectKey};
 use crate::render::{self, FIELD_MANAGER, Plan};
-use crate::status::{self, Condition, merge_conditions};
+use crate::status::verdict::{self, SyncProblem};
+use crate::status::{self, merge_conditions};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Map, Value, json};
@@ -57,54 +58,14 @@ fn desired_status(
         .metadata
         .generation
         .filter(|_| ctx.kinds.parent.status_subresource);
-    let (ready, ready_reason, ready_message) = match (sync, &report) {
-        (Sync::Failed(p), _) if p.reason == "Waiting" => (false, "Waiting", p.message.clone()),
-        (Sync::Failed(p), _) => (false, "SyncFailed", p.message.clone()),
-        (Sync::Ok, Some(r)) if r.ready && r.problems.is_empty() => {
-            (true, "Ready", "all children are ready".to_string())
-        }
-        (Sync::Ok, Some(r)) => {
-            let mut parts = r
-                .problems
-                .iter()
-                .map(|p| format!("status: {p}"))
-                .collect::<Vec<_>>();
-            parts.extend(r.notes.iter().cloned());
-            (
-                r.ready && r.problems.is_empty(),
-                if r.problems.is_empty() {
-                    "NotReady"
-                } else {
-                    "StatusError"
-                },
-                bounded(parts.iter().map(String::as_str)),
-            )
-        }
-        (Sync::Ok, None) => (false, "NotReady", String::new()),
+    let problem = match sync {
+        Sync::Ok => None,
+        Sync::Failed(p) => Some(SyncProblem {
+            reason: p.reason,
+            message: &p.message,
+        }),
     };
-    let synced = match sync {
-        Sync::Ok => Condition {
-            type_: "Synced",
-            status: true,
-            reason: "Applied".into(),
-            message: "every child matches the rule".into(),
-        },
-        Sync::Failed(p) => Condition {
-            type_: "Synced",
-            status: false,
-            reason: p.reason.into(),
-            message: p.message.clone(),
-        },
-    };
-    let conditions = [
-        Condition {
-            type_: "Ready",
-            status: ready,
-            reason: ready_reason.into(),
-            message: ready_message,
-        },
-        synced,
-    ];
+    let conditions = verdict::conditions(report.as_ref(), problem);
     out.insert(
         "conditions".into(),
         merge_conditions(

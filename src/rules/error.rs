@@ -134,6 +134,17 @@ fn child_suffix(child: &Option<String>) -> String {
 }
 
 impl LoadError {
+    /// The rule the error is about, when it names one.
+    pub fn rule(&self) -> Option<&str> {
+        match self {
+            LoadError::Rule(p) => Some(&p.rule),
+            LoadError::Syntax { rule, .. } => rule.as_deref(),
+            LoadError::Duplicate { rule, .. } => Some(rule),
+            LoadError::SameWatch(w) => Some(&w.rule),
+            LoadError::Read { .. } | LoadError::TooLarge { .. } | LoadError::NoFiles { .. } => None,
+        }
+    }
+
     /// The file the error is about.
     pub fn file(&self) -> &std::path::Path {
         match self {

@@ -178,7 +178,8 @@ pub fn add_to(env: &mut Environment<'static>) {
 }
 
 /// Filters (`| name`) and tests (`is [not] name`) named in `code` (template code, not
-/// text: string literals are skipped).
+/// text), and those named as the string argument of `map`, `select`, `reject`,
+/// `selectattr` and `rejectattr`.
 pub fn names_used(code: &str) -> (Vec<String>, Vec<String>) {
     let mut filters = Vec::new();
     let mut tests = Vec::new();
@@ -187,6 +188,18 @@ pub fn names_used(code: &str) -> (Vec<String>, Vec<String>) {
         let next_ident = |j: usize| words.get(j).filter(|t| is_ident(t)).cloned();
         if w == "|" {
             if let Some(name) = next_ident(i + 1) {
+                // A filter or test named in a string argument: `map('upper')`,
+                // `select('odd')`, `selectattr('port', 'odd')`.
+                let string_at = |j: usize| words.get(j).and_then(|t| literal(t));
+                let opens = words.get(i + 2).is_some_and(|t| t == "(");
+                match name.as_str() {
+                    "map" if opens => filters.extend(string_at(i + 3)),
+                    "select" | "reject" if opens => tests.extend(string_at(i + 3)),
+                    "selectattr" | "rejectattr" if opens && string_at(i + 3).is_some() => {
+                        tests.extend(string_at(i + 5))
+                    }
+                    _ => {}
+                }
                 filters.push(name);
             }
         } else if w == "is" {
@@ -203,20 +216,29 @@ pub fn names_used(code: &str) -> (Vec<String>, Vec<String>) {
     (filters, tests)
 }
 
+/// The text of a string literal token (`'upper'`), when `t` is one.
+fn literal(t: &str) -> Option<String> {
+    let q = t.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+    let inner = t.strip_prefix(q)?.strip_suffix(q)?;
+    is_ident(inner).then(|| inner.to_string())
+}
+
 fn is_ident(t: &str) -> bool {
     t.chars()
         .next()
         .is_some_and(|c| c.is_alphabetic() || c == '_')
 }
 
-/// Identifiers and single punctuation characters, string literals left out.
+/// Identifiers, single punctuation characters and string literals (with their quotes).
 fn tokens(code: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut chars = code.chars().peekable();
     while let Some(c) = chars.next() {
         if c == '"' || c == '\'' {
+            let mut lit = c.to_string();
             let mut escaped = false;
             for d in chars.by_ref() {
+                lit.push(d);
                 if escaped {
                     escaped = false;
                 } else if d == '\\' {
@@ -225,6 +247,7 @@ fn tokens(code: &str) -> Vec<String> {
                     break;
                 }
             }
+            out.push(lit);
         } else if c.is_alphanumeric() || c == '_' {
             let mut w = c.to_string();
             while let Some(&d) = chars.peek() {
@@ -394,6 +417,15 @@ mod tests {
             template_code("a {{ x | lower }}-{% if y is even %}z{% endif %}"),
             " x | lower   if y is even   endif  "
         );
+    }
+
+    #[test]
+    fn filters_and_tests_named_in_string_arguments_are_found() {
+        let (f, t) = names_used(
+            "hosts | map('prepand', 'https://') | select('odd') | selectattr('port', 'evn') | map(attribute='x')",
+        );
+        assert_eq!(f, vec!["prepand", "map", "select", "selectattr", "map"]);
+        assert_eq!(t, vec!["odd", "evn"]);
     }
 
     #[test]

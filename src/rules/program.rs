@@ -71,6 +71,18 @@ pub fn environment() -> Environment<'static> {
     // a string without bound in a few instructions). Templates see `namespace` as the
     // custom resource's namespace instead.
     env.remove_global("namespace");
+    // `none` inside text would print as `none` (`x{{ none }}y` is `xnoney`): a value
+    // missing where text expected one, which nobody means. A lone `{{ expr }}` is not text
+    // (its `none` drops the field), so this is about text only.
+    env.set_formatter(|out, state, value| {
+        if value.is_none() {
+            return Err(minijinja::Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                "a value inside text is none; write `{{ x | default('') }}` for nothing, or make the whole field a lone `{{ x }}` (then none drops the field)",
+            ));
+        }
+        minijinja::escape_formatter(out, state, value)
+    });
     super::helpers::add_to(&mut env);
     env
 }

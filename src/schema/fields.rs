@@ -43,7 +43,11 @@ fn markers(text: &str) -> Result<Vec<(String, String)>, String> {
         if key.is_empty() || key.contains(char::is_whitespace) {
             return Err(format!("{key:?} is not a marker name"));
         }
-        let (value, next) = if let Some(quoted) = after.strip_prefix('"') {
+        // A value in double or single quotes (single ones need no escaping inside a
+        // double-quoted YAML line: `"string | description='The image'"`).
+        let quote = after.chars().next().filter(|c| *c == '"' || *c == '\'');
+        let (value, next) = if let Some(q) = quote {
+            let quoted = &after[1..];
             let mut value = String::new();
             let mut chars = quoted.char_indices();
             let mut end = None;
@@ -54,7 +58,7 @@ fn markers(text: &str) -> Result<Vec<(String, String)>, String> {
                             value.push(n);
                         }
                     }
-                    '"' => {
+                    c if c == q => {
                         end = Some(i);
                         break;
                     }
@@ -142,6 +146,13 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
         )
     };
     let mut schema = type_schema(ty).map_err(bad)?;
+    // On a list or a map, the markers about values apply to its items (`[]string |
+    // pattern=...` checks each string; on the list itself it would check nothing).
+    let item = match ty.trim() {
+        t if t.starts_with("[]") => Some("items"),
+        t if t.starts_with("map[string]") => Some("additionalProperties"),
+        _ => None,
+    };
     let mut required = false;
     for (key, value) in markers(marks).map_err(bad)? {
         let number = || -> Result<Value, SchemaProblem> {
@@ -172,8 +183,9 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
                 schema["default"] = v;
             }
             "enum" => {
+                let target = values_of(&mut schema, item);
                 let values: Vec<Value> = value.split(',').map(|v| yaml_value(v.trim())).collect();
-                let values: Vec<Value> = if schema["type"] == "string" {
+                let values: Vec<Value> = if target["type"] == "string" {
                     values
                         .into_iter()
                         .map(|v| match v {
@@ -184,11 +196,12 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
                 } else {
                     values
                 };
-                schema["enum"] = Value::Array(values);
+                target["enum"] = Value::Array(values);
             }
-            "minimum" | "maximum" | "minLength" | "maxLength" | "minItems" | "maxItems" => {
-                schema[key.as_str()] = number()?;
+            "minimum" | "maximum" | "minLength" | "maxLength" => {
+                values_of(&mut schema, item)[key.as_str()] = number()?;
             }
+            "minItems" | "maxItems" => schema[key.as_str()] = number()?,
             "pattern" => {
                 // The API server compiles it as an RE2 expression, close to this crate's.
                 if let Err(e) = regex::Regex::new(&value) {
@@ -196,9 +209,10 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
                         "`pattern={value}` is not a regular expression: {e}"
                     )));
                 }
-                schema["pattern"] = Value::String(value);
+                values_of(&mut schema, item)["pattern"] = Value::String(value);
             }
-            "format" | "description" => schema[key.as_str()] = Value::String(value),
+            "format" => values_of(&mut schema, item)["format"] = Value::String(value),
+            "description" => schema["description"] = Value::String(value),
             "nullable" => schema["nullable"] = Value::Bool(value == "true"),
             // CEL on this field (`self` is its value); each `rule=` is one validation,
             // and a `message=` after it is that validation's message.
@@ -238,6 +252,15 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
         ));
     }
     Ok((schema, required))
+}
+
+/// Where the markers about values go: the schema itself, or its items (`item`: `items` of
+/// a list, `additionalProperties` of a map).
+fn values_of<'a>(schema: &'a mut Value, item: Option<&str>) -> &'a mut Value {
+    match item {
+        Some(k) => &mut schema[k],
+        None => schema,
+    }
 }
 
 /// Why `v` is not a value `schema` allows (its enum, bounds and pattern), if it is not.

@@ -13,6 +13,7 @@
 mod conditions;
 
 mod schema;
+pub mod verdict;
 
 pub use conditions::{Condition, merge_conditions};
 pub use schema::StatusSchema;

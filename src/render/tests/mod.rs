@@ -380,3 +380,22 @@ fn a_map_literal_with_nested_braces_renders_as_a_map_and_none_drops_a_list_item(
 
 /// The Microservice fixture: collections, references, `after` and an existing Secret.
 mod graph;
+
+#[test]
+fn none_inside_text_fails_the_render_naming_the_line_and_the_fix() {
+    let r = one_child_rule("x{{ spec.opt | default(none) }}y");
+    let e = error_of(render(&r, &cr_with(json!({}))));
+    assert!(e.contains("test.yaml:"), "{e}");
+    assert!(
+        e.contains("inside text is none") && e.contains("default('')"),
+        "{e}"
+    );
+    // A lone expression that gives none still drops its field.
+    let r = one_child_rule("{{ spec.opt | default(none) }}");
+    let out = render(&r, &cr_with(json!({}))).unwrap();
+    assert!(
+        out[0].object["data"].get("x").is_none(),
+        "{}",
+        out[0].object
+    );
+}

@@ -3,7 +3,9 @@
 
 use super::compiler::{Compiler, STATUS_VARIABLES, is_identifier};
 use super::model::{CompiledField, FieldSource, Source};
+use crate::rules::program::{ExprRef, Program};
 use crate::rules::spec::RuleSpec;
+use crate::suggest::edit_distance;
 
 /// The rule's status fields, compiled; `ids` are the rule's child ids.
 pub(super) fn compile_fields(
@@ -109,4 +111,49 @@ pub(super) fn compile_fields(
         }
     }
     out
+}
+
+/// Every `status.<name>` a status expression reads must be a status field computed before
+/// it (for `status.ready`, any of them): `status.readyReplica` would be undefined for every
+/// resource, and the field it feeds would silently take its default.
+pub(super) fn check_status_reads(
+    c: &mut Compiler<'_>,
+    p: &Program,
+    fields: &[CompiledField],
+    ready: Option<&ExprRef>,
+) {
+    let exprs = fields
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| match &f.source {
+            FieldSource::Value(e) => Some((e, &fields[..i])),
+            FieldSource::Path { .. } => None,
+        })
+        .chain(ready.map(|e| (e, fields)));
+    let mut problems = Vec::new();
+    for (e, before) in exprs {
+        for path in p.expression_paths(e) {
+            let mut parts = path.split('.');
+            let (Some("status"), Some(name)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            if before.iter().any(|f| f.name == name) {
+                continue;
+            }
+            let names: Vec<&str> = before.iter().map(|f| f.name.as_str()).collect();
+            let fix = match names.iter().find(|n| edit_distance(n, name) <= 2) {
+                Some(n) => format!("did you mean `status.{n}`?"),
+                None if names.is_empty() => "no status field comes before it: read the children (`children.<id>`) or move it after the field it reads".into(),
+                None => format!("the status fields before it are: {}", names.join(", ")),
+            };
+            problems.push((
+                e.at.clone(),
+                format!("`status.{name}` is no status field computed before this expression"),
+                fix,
+            ));
+        }
+    }
+    for (at, problem, fix) in problems {
+        c.error(&at, None, problem, fix);
+    }
 }

@@ -113,3 +113,30 @@ fn int_or_string_quantity_and_per_field_cel() {
     let e = field("string | pattern=[a-", "spec.db").unwrap_err();
     assert!(e.problem.contains("not a regular expression"), "{e:?}");
 }
+
+#[test]
+fn markers_about_values_on_a_list_or_a_map_apply_to_its_items() {
+    let (s, _) = field(
+        "[]string | pattern=^[a-z]+$ maxItems=3 enum=a,b maxLength=5",
+        "spec.hosts",
+    )
+    .unwrap();
+    assert_eq!(s["maxItems"], 3, "the list's own bound");
+    assert_eq!(s["items"]["pattern"], "^[a-z]+$");
+    assert_eq!(s["items"]["enum"], json!(["a", "b"]));
+    assert_eq!(s["items"]["maxLength"], 5);
+    assert!(s.get("pattern").is_none(), "{s}");
+    let (s, _) = field("map[string]integer | minimum=1", "spec.limits").unwrap();
+    assert_eq!(s["additionalProperties"]["minimum"], 1);
+}
+
+#[test]
+fn a_marker_value_may_be_in_single_quotes() {
+    let (s, _) = field(
+        "string | description='The Redis image' pattern='^[a-z]+$'",
+        "spec.image",
+    )
+    .unwrap();
+    assert_eq!(s["description"], "The Redis image");
+    assert_eq!(s["pattern"], "^[a-z]+$");
+}
