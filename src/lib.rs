@@ -7,7 +7,7 @@
 //! schema ([`schema`], below the rules), every request's path ([`client`]), the watch
 //! caches ([`cache`]) and [`events`]. A module uses only those before it in this order
 //! (`tests/layout.rs` checks it): suggest, metrics, client, schema, rules, render, apply,
-//! status, cache, events, reconcile, operator, rbac, cli.
+//! status, ruletest, cache, events, reconcile, operator, rbac, cli.
 #![forbid(unsafe_code)]
 
 pub mod apply;
@@ -21,6 +21,7 @@ pub mod rbac;
 pub mod reconcile;
 pub mod render;
 pub mod rules;
+pub mod ruletest;
 pub mod schema;
 pub mod status;
 pub mod suggest;

@@ -493,3 +493,118 @@ fn check_takes_on_remove_and_notes_an_orphan_that_could_not_come_back() {
         "{all}"
     );
 }
+
+#[test]
+fn test_runs_the_shipped_rules_tests_and_a_broken_rule_fails_with_a_diff() {
+    let (code, stdout, stderr) = ruleop(&["test", "rules/", "tests/fixtures/"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("test result: ok. 4 passed; 0 failed"),
+        "{stdout}"
+    );
+    // The figure, printed (not asserted): the whole suite runs with no cluster.
+    println!("{}", stdout.lines().last().unwrap_or_default());
+
+    // The same tests against a rule whose default replicas changed.
+    let dir = tempfile::tempdir().unwrap();
+    let rule = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/website.yaml"))
+        .unwrap()
+        .replace(
+            "replicas: integer | default=2",
+            "replicas: integer | default=3",
+        );
+    std::fs::write(dir.path().join("website.yaml"), rule).unwrap();
+    std::fs::create_dir(dir.path().join("tests")).unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/rules/tests/website_test.yaml"),
+        dir.path().join("tests/website_test.yaml"),
+    )
+    .unwrap();
+    let junit = dir.path().join("junit.xml");
+    let (code, stdout, _) = ruleop(&[
+        "test",
+        dir.path().to_str().unwrap(),
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains("test result: FAILED. 1 passed; 1 failed"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("child Deployment my-blog-web: spec.replicas: expected 2, got 3"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("--- expected\n+++ actual"),
+        "a diff: {stdout}"
+    );
+    assert!(
+        stdout.contains("-  replicas: 2\n+  replicas: 3"),
+        "{stdout}"
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains("<testsuites name=\"ruleop test\" tests=\"2\" failures=\"1\">"),
+        "{xml}"
+    );
+    assert!(
+        xml.contains(
+            "<failure message=\"child Deployment my-blog-web: spec.replicas: expected 2, got 3\">"
+        ),
+        "{xml}"
+    );
+}
+
+#[test]
+fn test_update_writes_snapshots_and_a_change_is_caught_by_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/myapp.yaml")).unwrap();
+    std::fs::write(dir.path().join("myapp.yaml"), &rules).unwrap();
+    let test = dir.path().join("myapp_test.yaml");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/rules/tests/myapp_test.yaml"),
+        &test,
+    )
+    .unwrap();
+    let (code, stdout, stderr) = ruleop(&["test", "--update", test.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let snap = std::fs::read_to_string(dir.path().join("myapp_test.snap.yaml")).unwrap();
+    assert!(
+        snap.contains("kind: Deployment") && snap.contains("replicas: 3"),
+        "{snap}"
+    );
+    let (code, stdout, _) = ruleop(&["test", test.to_str().unwrap()]);
+    assert_eq!(code, 0, "the snapshot matches: {stdout}");
+    // A change the test's own expectations do not cover: a new label.
+    std::fs::write(
+        dir.path().join("myapp.yaml"),
+        rules.replace(
+            "        labels:\n          app: \"{{ name }}\"\n",
+            "        labels:\n          app: \"{{ name }}\"\n          tier: web\n",
+        ),
+    )
+    .unwrap();
+    let (code, stdout, _) = ruleop(&["test", test.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("differs from its snapshot"), "{stdout}");
+    assert!(stdout.contains("+      tier: web"), "{stdout}");
+}
+
+#[test]
+fn rules_folders_skip_test_files_and_snapshots() {
+    let (code, stdout, stderr) = ruleop(&[
+        "check",
+        "--rules",
+        "tests/fixtures/microservice/rules.yaml",
+        "--rules",
+        "rules/",
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("3 rule(s) ok"),
+        "rules/tests/ holds no rules: {stdout}"
+    );
+}

@@ -28,6 +28,21 @@ pub(super) enum Command {
     Rbac(RbacArgs),
     /// Print the CRDs of the watched kinds, made from the rules' `schema`. No cluster needed.
     Crd(CrdArgs),
+    /// Run the tests of rules (`*_test.yaml` files). No cluster needed.
+    Test(TestArgs),
+}
+
+#[derive(Args, Debug)]
+pub(super) struct TestArgs {
+    /// Test files, or folders searched for `*_test.yaml` (default: the current folder).
+    pub(super) paths: Vec<PathBuf>,
+    /// Write the report as JUnit XML to this file too.
+    #[arg(long)]
+    pub(super) junit: Option<PathBuf>,
+    /// Write what each step gives as the snapshot beside each test file
+    /// (`<name>_test.snap.yaml`), for review, instead of comparing with it.
+    #[arg(long)]
+    pub(super) update: bool,
 }
 
 #[derive(Args, Debug)]

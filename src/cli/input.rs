@@ -75,38 +75,6 @@ pub(super) fn pick_rule<'a>(
     name: Option<&str>,
     cr: &Value,
 ) -> anyhow::Result<&'a CompiledRule> {
-    if let Some(n) = name {
-        return loaded
-            .iter()
-            .map(|r| &**r)
-            .find(|r| r.name == n)
-            .ok_or_else(|| anyhow!("no rule named {n:?}"));
-    }
-    if let [only] = loaded {
-        return Ok(only);
-    }
-    let api_version = cr
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let kind = cr
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_lowercase();
-    let matches: Vec<&CompiledRule> = loaded
-        .iter()
-        .map(|r| &**r)
-        .filter(|r| {
-            r.watch.api_version() == api_version
-                && (r.watch.resource == format!("{kind}s")
-                    || r.watch.resource == format!("{kind}es")
-                    || r.watch.resource == kind)
-        })
-        .collect();
-    match matches.as_slice() {
-        [one] => Ok(one),
-        [] => bail!("no rule watches {api_version} {kind}; name one with --rule"),
-        _ => bail!("several rules watch {api_version} {kind}; name one with --rule"),
-    }
+    crate::ruletest::simulate::rule_for(loaded, name, cr)
+        .map_err(|e| anyhow!(e.replace("`rule`", "--rule")))
 }

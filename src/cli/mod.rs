@@ -16,6 +16,7 @@ mod args;
 mod check;
 mod input;
 mod render;
+mod test;
 
 use args::{Cli, Command, CrdArgs, LogFormat, RbacArgs};
 use clap::Parser;
@@ -32,6 +33,7 @@ pub fn main() -> ExitCode {
         Command::Check(args) => check::check(args),
         Command::Rbac(args) => rbac(args),
         Command::Crd(args) => crd_cmd(args),
+        Command::Test(args) => test::test_cmd(args),
     };
     match result {
         Ok(code) => code,

@@ -5,9 +5,9 @@ use super::args::RenderArgs;
 use super::input::{load_all_or_report, pick_rule, read_crds, read_objects};
 use crate::render::{self, Rendered};
 use crate::rules::{self, CompiledRule};
+use crate::ruletest::simulate::{existing_among, find_live, match_observed};
 use crate::status;
 use serde_json::Value;
-use std::collections::HashMap;
 use std::process::ExitCode;
 
 pub(super) fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
@@ -40,7 +40,7 @@ pub(super) fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
         let cr = &defaulted;
         let live_objects = observed.as_deref().unwrap_or_default();
         let plan = render::scope(rule, cr)
-            .and_then(|s| offline_existing(rule, s, live_objects))
+            .and_then(|s| existing_among(rule, s, live_objects))
             .and_then(|s| {
                 let live = |r: &Rendered| find_live(r, live_objects);
                 Ok((render::render_with(rule, &s, &live)?, s))
@@ -129,47 +129,4 @@ pub(super) fn report_findings(what: &str, findings: Vec<crate::schema::typed::Fi
         eprintln!("error: {what}: {field}: {}\n  fix: {}", f.problem, f.fix);
     }
     findings.is_empty()
-}
-
-/// The live object of a rendered child among `live`, by apiVersion, kind and name.
-pub(super) fn find_live(c: &Rendered, live: &[Value]) -> Option<Value> {
-    live.iter()
-        .find(|o| {
-            o.get("apiVersion").and_then(Value::as_str) == Some(c.api_version.as_str())
-                && o.get("kind").and_then(Value::as_str) == Some(c.kind.as_str())
-                && o.pointer("/metadata/name").and_then(Value::as_str) == Some(c.name.as_str())
-        })
-        .cloned()
-}
-
-/// Pairs live objects with rendered children (by instance: `id`, or `id[index]`).
-pub(super) fn match_observed(children: &[Rendered], live: &[Value]) -> HashMap<String, Value> {
-    children
-        .iter()
-        .filter_map(|c| Some((c.instance(), find_live(c, live)?)))
-        .collect()
-}
-
-/// The rule's existing objects, found among the `--observed` objects (those of the
-/// resource's namespace, or with none given).
-pub(super) fn offline_existing(
-    rule: &CompiledRule,
-    scope: render::Scope,
-    live: &[Value],
-) -> Result<render::Scope, render::RenderError> {
-    let ns = scope.namespace.clone();
-    let candidates = |i: usize, _: &render::Lookup| {
-        let e = &rule.existing[i];
-        live.iter()
-            .filter(|o| {
-                o.get("apiVersion").and_then(Value::as_str) == Some(e.api_version.as_str())
-                    && o.get("kind").and_then(Value::as_str) == Some(e.kind.as_str())
-                    && o.pointer("/metadata/namespace")
-                        .and_then(Value::as_str)
-                        .is_none_or(|n| n == ns)
-            })
-            .cloned()
-            .collect()
-    };
-    Ok(render::find_existing(rule, scope, candidates)?.0)
 }

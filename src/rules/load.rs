@@ -67,11 +67,23 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
             .extension()
             .and_then(|e| e.to_str())
             .is_some_and(|e| e == "yaml" || e == "yml")
+            && !is_test_or_snapshot(&p)
         {
             out.push(p);
         }
     }
     Ok(())
+}
+
+/// Whether a file in a rules folder is a test of the rules (`*_test.yaml`) or a test's
+/// snapshot (`*.snap.yaml`), not rules (see `ruleop test`).
+pub fn is_test_or_snapshot(p: &Path) -> bool {
+    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        n.ends_with("_test.yaml")
+            || n.ends_with("_test.yml")
+            || n.ends_with(".snap.yaml")
+            || n.ends_with(".snap.yml")
+    })
 }
 
 /// Reads and compiles one file.

@@ -1,0 +1,41 @@
+//! `ruleop test`: the tests of rules, run with no cluster; a report as `cargo test` prints
+//! one (and JUnit XML for CI); exit 0 when every test passes, 1 otherwise.
+
+use super::args::TestArgs;
+use crate::ruletest::{report, run};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+pub(super) fn test_cmd(args: TestArgs) -> anyhow::Result<ExitCode> {
+    let start = Instant::now();
+    let paths = if args.paths.is_empty() {
+        vec![PathBuf::from(".")]
+    } else {
+        args.paths.clone()
+    };
+    let files = run::test_files(&paths).map_err(|e| anyhow::anyhow!(e))?;
+    if files.is_empty() {
+        eprintln!("warning: no test files (`*_test.yaml`) in {paths:?}");
+    }
+    let results: Vec<run::FileResult> = files
+        .iter()
+        .map(|f| run::run_file(f, args.update))
+        .collect();
+    let (text, ok) = report::text(&results, start.elapsed().as_secs_f64());
+    out!("{text}");
+    if let Some(path) = &args.junit {
+        std::fs::write(path, report::junit(&results))
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    if args.update {
+        for f in &files {
+            eprintln!("wrote {}", run::snapshot_path(f).display());
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,261 @@
+//! What a step expected against what it gave: each difference as a line naming the path,
+//! and, for an object, a unified diff of the fields expected against those it has.
+
+use super::simulate::Outcome;
+use super::spec::{ConditionExpect, Expect};
+use serde_json::Value;
+
+/// One way a step did not give what it expected.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub message: String,
+    /// A unified diff of expected against actual, when it helps.
+    pub diff: Option<String>,
+}
+
+fn fail(message: String) -> Failure {
+    Failure {
+        message,
+        diff: None,
+    }
+}
+
+/// Every difference between `expect` and `out`.
+pub fn check(expect: &Expect, out: &Outcome) -> Vec<Failure> {
+    let mut failures = Vec::new();
+    match (&out.plan, &expect.error) {
+        (Err(e), Some(want)) if e.to_string().contains(want.as_str()) => {}
+        (Err(e), Some(want)) => failures.push(fail(format!(
+            "the render failed with {e:?}, not with {want:?}"
+        ))),
+        (Ok(_), Some(want)) => failures.push(fail(format!(
+            "the render was expected to fail with {want:?}, and did not"
+        ))),
+        (Err(e), None) => failures.push(fail(format!("the render failed: {e}"))),
+        (Ok(plan), None) => {
+            let children: Vec<&Value> = plan.children.iter().map(|c| &c.object).collect();
+            children_match(expect, &children, &mut failures);
+            waiting_match(expect, plan, &mut failures);
+        }
+    }
+    if let (Some(want), Some(report)) = (&expect.status, &out.report) {
+        let have = Value::Object(report.fields.clone());
+        let mut lines = Vec::new();
+        subset(want, &have, "status", &mut lines);
+        if !lines.is_empty() {
+            failures.push(Failure {
+                message: lines.join("\n"),
+                diff: Some(diff(want, &crate::apply::project(want, &have))),
+            });
+        }
+    }
+    for (type_, want) in &expect.conditions {
+        let Some((_, status, reason, message)) = out.conditions.iter().find(|c| &c.0 == type_)
+        else {
+            failures.push(fail(format!("no condition {type_}")));
+            continue;
+        };
+        let status = if *status { "True" } else { "False" };
+        let (w_status, w_reason, w_message) = match want {
+            ConditionExpect::Status(s) => (Some(s.as_str()), None, None),
+            ConditionExpect::Full {
+                status,
+                reason,
+                message,
+            } => (status.as_deref(), reason.as_deref(), message.as_deref()),
+        };
+        let bad = w_status.is_some_and(|w| w != status)
+            || w_reason.is_some_and(|w| w != reason)
+            || w_message.is_some_and(|w| !message.contains(w));
+        if bad {
+            failures.push(fail(format!(
+                "condition {type_}: expected {}, got {status} ({reason}): {message}",
+                [
+                    w_status.map(str::to_string),
+                    w_reason.map(|r| format!("reason {r}")),
+                    w_message.map(|m| format!("a message with {m:?}")),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", ")
+            )));
+        }
+    }
+    failures
+}
+
+fn children_match(expect: &Expect, children: &[&Value], failures: &mut Vec<Failure>) {
+    for want in &expect.children {
+        let object = want.object();
+        let found = children.iter().find(|c| object.is(c));
+        let what = format!("child {} {}", want.kind, want.name);
+        match (found, want.absent) {
+            (Some(_), true) => failures.push(fail(format!("{what}: rendered, expected absent"))),
+            (None, true) => {}
+            (None, false) => {
+                let made: Vec<String> = children
+                    .iter()
+                    .map(|c| {
+                        format!(
+                            "{} {}",
+                            c["kind"].as_str().unwrap_or("?"),
+                            c["metadata"]["name"].as_str().unwrap_or("?")
+                        )
+                    })
+                    .collect();
+                failures.push(fail(format!(
+                    "{what}: not rendered (rendered: {})",
+                    if made.is_empty() {
+                        "nothing".to_string()
+                    } else {
+                        made.join(", ")
+                    }
+                )));
+            }
+            (Some(have), false) => {
+                let Some(has) = &want.has else { continue };
+                let mut lines = Vec::new();
+                subset(has, have, "", &mut lines);
+                if !lines.is_empty() {
+                    let lines: Vec<String> =
+                        lines.into_iter().map(|l| format!("{what}: {l}")).collect();
+                    failures.push(Failure {
+                        message: lines.join("\n"),
+                        diff: Some(diff(has, &crate::apply::project(has, have))),
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn waiting_match(expect: &Expect, plan: &crate::render::Plan, failures: &mut Vec<Failure>) {
+    let Some(want) = &expect.waiting else { return };
+    for w in want {
+        match plan.waiting.iter().find(|p| p.id == w.child) {
+            None => failures.push(fail(format!(
+                "child `{}` does not wait (waiting: {})",
+                w.child,
+                names(plan)
+            ))),
+            Some(p) => {
+                if let Some(r) = &w.reason
+                    && !p.reason.contains(r.as_str())
+                {
+                    failures.push(fail(format!(
+                        "child `{}` waits, but {:?} is not in its reason: {}",
+                        w.child, r, p.reason
+                    )));
+                }
+            }
+        }
+    }
+    for p in &plan.waiting {
+        if !want.iter().any(|w| w.child == p.id) {
+            failures.push(fail(format!(
+                "child `{}` waits, and was not expected to: {}",
+                p.id, p.reason
+            )));
+        }
+    }
+}
+
+fn names(plan: &crate::render::Plan) -> String {
+    if plan.waiting.is_empty() {
+        return "none".into();
+    }
+    plan.waiting
+        .iter()
+        .map(|w| format!("`{}`", w.id))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The differences of `have` from `want` (every field of `want`, with its value; lists
+/// element by element, of the same length), one line each, naming the path.
+pub fn subset(want: &Value, have: &Value, path: &str, out: &mut Vec<String>) {
+    let at = |k: &str| {
+        if path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) => {
+            for (k, wv) in w {
+                match h.get(k) {
+                    Some(hv) => subset(wv, hv, &at(k), out),
+                    None => out.push(format!("{}: expected {}, missing", at(k), short(wv))),
+                }
+            }
+        }
+        (Value::Array(w), Value::Array(h)) if w.len() == h.len() => {
+            for (i, (wv, hv)) in w.iter().zip(h).enumerate() {
+                subset(wv, hv, &format!("{path}[{i}]"), out);
+            }
+        }
+        (Value::Number(w), Value::Number(h)) if w.as_f64() == h.as_f64() => {}
+        (w, h) if w == h => {}
+        (w, h) => out.push(format!(
+            "{}: expected {}, got {}",
+            if path.is_empty() { "object" } else { path },
+            short(w),
+            short(h)
+        )),
+    }
+}
+
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 120 {
+        let mut end = 117;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}...", &s[..end])
+    } else {
+        s
+    }
+}
+
+/// A unified diff of `want` against `have`, as YAML.
+pub fn diff(want: &Value, have: &Value) -> String {
+    let a = serde_yaml::to_string(want).unwrap_or_default();
+    let b = serde_yaml::to_string(have).unwrap_or_default();
+    similar::TextDiff::from_lines(&a, &b)
+        .unified_diff()
+        .header("expected", "actual")
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_subset_names_each_difference_by_its_path() {
+        let want = json!({"spec": {"replicas": 3, "template": {"spec": {"containers": [{"image": "a"}]}}}});
+        let have = json!({"spec": {"replicas": 2, "selector": {}, "template": {"spec": {"containers": [{"name": "x", "image": "b"}]}}}});
+        let mut out = Vec::new();
+        subset(&want, &have, "", &mut out);
+        assert_eq!(
+            out,
+            [
+                "spec.replicas: expected 3, got 2",
+                "spec.template.spec.containers[0].image: expected \"a\", got \"b\""
+            ]
+        );
+        let mut out = Vec::new();
+        subset(
+            &json!({"a": 1.0, "b": [1]}),
+            &json!({"a": 1, "b": [1, 2]}),
+            "",
+            &mut out,
+        );
+        assert_eq!(out, ["b: expected [1], got [1,2]"]);
+        assert!(diff(&json!({"a": 1}), &json!({"a": 2})).contains("-a: 1\n+a: 2"));
+    }
+}

@@ -1,0 +1,180 @@
+//! The test file format (`*_test.yaml`): plain data, deserialized with unknown fields
+//! refused. A file names its rules and holds tests; a test is a custom resource and a
+//! sequence of steps; a step changes what the cluster holds and says what it expects.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// One test file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestFile {
+    /// Rules files or folders, relative to the test file. Absent: the rules files of the
+    /// test file's folder, or of its parent when the folder is named `tests`.
+    #[serde(default)]
+    pub rules: Vec<PathBuf>,
+    pub tests: Vec<Test>,
+}
+
+/// One test: a custom resource and the steps it goes through.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Test {
+    pub name: String,
+    /// The rule, by name; absent: the one that watches the resource's kind.
+    #[serde(default)]
+    pub rule: Option<String>,
+    /// The custom resource (the namespace `default` and a uid are given when absent).
+    pub resource: Value,
+    /// Objects in the cluster from the start (existing objects, children made earlier).
+    #[serde(default)]
+    pub observed: Vec<Value>,
+    pub steps: Vec<Step>,
+}
+
+/// One step: what changes in the cluster, then what the rule must make of it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Step {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A JSON merge patch of the custom resource (`{spec: {replicas: 5}}`).
+    #[serde(default)]
+    pub resource: Option<Value>,
+    /// The children the step before rendered are now in the cluster: as server-side apply
+    /// would leave them (the rendered fields over the object there, if any; a new one gets
+    /// a uid and generation 1).
+    #[serde(default)]
+    pub apply_children: bool,
+    /// Objects now in the cluster (replacing any of the same apiVersion, kind and name).
+    #[serde(default)]
+    pub apply: Vec<Value>,
+    /// Changes to objects in the cluster (a JSON merge patch of each).
+    #[serde(default)]
+    pub patch: Vec<Patch>,
+    /// Objects gone from the cluster.
+    #[serde(default)]
+    pub delete: Vec<ObjectRef>,
+    #[serde(default)]
+    pub expect: Expect,
+}
+
+/// An object of the cluster, by kind and name (and apiVersion, when kinds share a name).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ObjectRef {
+    pub kind: String,
+    pub name: String,
+    #[serde(default)]
+    pub api_version: Option<String>,
+}
+
+/// A change to an object in the cluster.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Patch {
+    pub kind: String,
+    pub name: String,
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// A JSON merge patch (`{status: {readyReplicas: 2}}`).
+    pub merge: Value,
+}
+
+/// What a step must give. Every part is optional; what is not given is not checked.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// Children rendered (with the fields given, a subset) or `absent`.
+    #[serde(default)]
+    pub children: Vec<ChildExpect>,
+    /// The children that wait, and what for (a part of the reason); `[]`: none waits.
+    #[serde(default)]
+    pub waiting: Option<Vec<WaitExpect>>,
+    /// The status fields (a subset).
+    #[serde(default)]
+    pub status: Option<Value>,
+    /// Conditions by type: `"True"`/`"False"`, or `{status, reason, message}` (a part of
+    /// the message).
+    #[serde(default)]
+    pub conditions: BTreeMap<String, ConditionExpect>,
+    /// The render fails, with this in its message.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// A child the step must render, or not.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ChildExpect {
+    pub kind: String,
+    pub name: String,
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// Fields the rendered object must hold, with these values (a subset).
+    #[serde(default)]
+    pub has: Option<Value>,
+    /// The object must not be rendered.
+    #[serde(default)]
+    pub absent: bool,
+}
+
+/// A child that must wait.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitExpect {
+    pub child: String,
+    /// A part of the reason it waits.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A condition as expected.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum ConditionExpect {
+    Status(String),
+    Full {
+        #[serde(default)]
+        status: Option<String>,
+        #[serde(default)]
+        reason: Option<String>,
+        /// A part of the message.
+        #[serde(default)]
+        message: Option<String>,
+    },
+}
+
+impl ObjectRef {
+    /// Whether `o` is this object.
+    pub fn is(&self, o: &Value) -> bool {
+        o["kind"] == self.kind.as_str()
+            && o.pointer("/metadata/name").and_then(Value::as_str) == Some(self.name.as_str())
+            && self
+                .api_version
+                .as_ref()
+                .is_none_or(|a| o["apiVersion"] == a.as_str())
+    }
+}
+
+impl Patch {
+    pub fn object(&self) -> ObjectRef {
+        ObjectRef {
+            kind: self.kind.clone(),
+            name: self.name.clone(),
+            api_version: self.api_version.clone(),
+        }
+    }
+}
+
+impl ChildExpect {
+    pub fn object(&self) -> ObjectRef {
+        ObjectRef {
+            kind: self.kind.clone(),
+            name: self.name.clone(),
+            api_version: self.api_version.clone(),
+        }
+    }
+}
