@@ -30,6 +30,15 @@ pub(super) enum Command {
     Crd(CrdArgs),
     /// Run the tests of rules (`*_test.yaml` files). No cluster needed.
     Test(TestArgs),
+    /// Print the JSON Schema of the rules format (or, with --tests, of test files), for editors.
+    Schema(SchemaArgs),
+}
+
+#[derive(Args, Debug)]
+pub(super) struct SchemaArgs {
+    /// The schema of test files (`*_test.yaml`) instead.
+    #[arg(long)]
+    pub(super) tests: bool,
 }
 
 #[derive(Args, Debug)]

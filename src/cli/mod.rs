@@ -18,7 +18,7 @@ mod input;
 mod render;
 mod test;
 
-use args::{Cli, Command, CrdArgs, LogFormat, RbacArgs};
+use args::{Cli, Command, CrdArgs, LogFormat, RbacArgs, SchemaArgs};
 use clap::Parser;
 use input::{load_all_or_report, read_crds};
 use std::process::ExitCode;
@@ -34,6 +34,7 @@ pub fn main() -> ExitCode {
         Command::Rbac(args) => rbac(args),
         Command::Crd(args) => crd_cmd(args),
         Command::Test(args) => test::test_cmd(args),
+        Command::Schema(args) => schema_cmd(&args),
     };
     match result {
         Ok(code) => code,
@@ -116,5 +117,15 @@ fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
     for m in crate::rbac::manifests(&loaded, &target) {
         out!("---\n{}", serde_yaml::to_string(&m)?);
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn schema_cmd(args: &SchemaArgs) -> anyhow::Result<ExitCode> {
+    let schema = if args.tests {
+        crate::ruletest::spec::json_schema()
+    } else {
+        crate::rules::spec::json_schema()
+    };
+    out!("{}\n", serde_json::to_string_pretty(&schema)?);
     Ok(ExitCode::SUCCESS)
 }

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 /// One rule: which custom resource to watch, which children to make from it, and how to
 /// fill its status.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RuleSpec {
     /// Unique among all loaded rules; used in labels, logs and metrics.
@@ -38,7 +38,9 @@ pub struct RuleSpec {
 }
 
 /// How the children of a deleted custom resource are removed (`deletion`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 pub enum DeletionPolicy {
     /// The cluster's garbage collector removes them (ownerReferences), in no order.
     #[default]
@@ -49,7 +51,7 @@ pub enum DeletionPolicy {
 }
 
 /// A read-only reference to objects ruleop does not make (`existing[]`).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ExistingSpec {
     /// Unique among the rule's children and existing objects; templates read `existing.<id>`.
@@ -67,7 +69,7 @@ pub struct ExistingSpec {
 }
 
 /// Group / version / resource of the watched kind. `group` is empty for the core group.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, Hash, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WatchSpec {
     #[serde(default)]
@@ -88,7 +90,7 @@ impl WatchSpec {
 }
 
 /// One child object: a structured template with an optional condition.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ChildSpec {
     /// Unique within the rule; names the child in status paths, errors and labels.
@@ -122,7 +124,9 @@ pub struct ChildSpec {
 }
 
 /// What becomes of a child's object when the rule no longer makes it (`onRemove`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 pub enum OnRemove {
     /// Deleted (only ruleop's own object, with a uid precondition). The default.
     #[default]
@@ -139,7 +143,9 @@ impl OnRemove {
 }
 
 /// Which existing objects of a child's name ruleop may take over (`children[].adopt`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 pub enum AdoptPolicy {
     /// An object whose controller ownerReference is already this custom resource (made
     /// by the operator that ran this kind before ruleop). The default.
@@ -152,7 +158,7 @@ pub enum AdoptPolicy {
 }
 
 /// Status fields and readiness.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct StatusSpec {
     /// Computed in order; each may use the ones before it as `status.<name>`.
@@ -165,7 +171,7 @@ pub struct StatusSpec {
 
 /// One status field: either a JSONPath over a child (or the custom resource itself), or
 /// an expression over everything computed so far.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FieldSpec {
     pub name: String,
@@ -194,4 +200,15 @@ pub struct FieldSpec {
 
 fn yes() -> bool {
     true
+}
+
+/// The JSON Schema of a rules-file document (one rule), for editors: made from these types,
+/// so it follows the format (`ruleop schema`; `schemas/rules.schema.json`).
+pub fn json_schema() -> Value {
+    let mut s = serde_json::to_value(schemars::schema_for!(RuleSpec)).unwrap_or_default();
+    s["title"] = Value::String("ruleop rule".into());
+    s["description"] = Value::String(
+        "One rule of a ruleop rules file (a YAML stream: one rule per document). Field lines of `schema.spec` are `type | markers` (see the README).".into(),
+    );
+    s
 }

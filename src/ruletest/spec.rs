@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// One test file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TestFile {
     /// Rules files or folders, relative to the test file. Absent: the rules files of the
@@ -19,7 +19,7 @@ pub struct TestFile {
 }
 
 /// One test: a custom resource and the steps it goes through.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Test {
     pub name: String,
@@ -35,7 +35,7 @@ pub struct Test {
 }
 
 /// One step: what changes in the cluster, then what the rule must make of it.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Step {
     #[serde(default)]
@@ -62,7 +62,7 @@ pub struct Step {
 }
 
 /// An object of the cluster, by kind and name (and apiVersion, when kinds share a name).
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ObjectRef {
     pub kind: String,
@@ -72,7 +72,7 @@ pub struct ObjectRef {
 }
 
 /// A change to an object in the cluster.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Patch {
     pub kind: String,
@@ -84,7 +84,7 @@ pub struct Patch {
 }
 
 /// What a step must give. Every part is optional; what is not given is not checked.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
     /// Children rendered (with the fields given, a subset) or `absent`.
@@ -106,7 +106,7 @@ pub struct Expect {
 }
 
 /// A child the step must render, or not.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ChildExpect {
     pub kind: String,
@@ -122,7 +122,7 @@ pub struct ChildExpect {
 }
 
 /// A child that must wait.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WaitExpect {
     pub child: String,
@@ -132,7 +132,7 @@ pub struct WaitExpect {
 }
 
 /// A condition as expected.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum ConditionExpect {
     Status(String),
@@ -177,4 +177,12 @@ impl ChildExpect {
             api_version: self.api_version.clone(),
         }
     }
+}
+
+/// The JSON Schema of a test file, for editors (`ruleop schema --tests`;
+/// `schemas/rules-test.schema.json`).
+pub fn json_schema() -> Value {
+    let mut s = serde_json::to_value(schemars::schema_for!(TestFile)).unwrap_or_default();
+    s["title"] = Value::String("ruleop rule tests".into());
+    s
 }

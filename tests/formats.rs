@@ -1,0 +1,102 @@
+//! The JSON Schemas of the rules format and of test files (for editors) are made from the
+//! Rust types and kept in step with them: the committed files are what `ruleop schema`
+//! prints, every shipped rule and test file is valid under them, and a misspelled field is
+//! not.
+
+mod common;
+
+use serde_json::Value;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn schema(tests: bool) -> Value {
+    let args: &[&str] = if tests {
+        &["schema", "--tests"]
+    } else {
+        &["schema"]
+    };
+    let (code, stdout, stderr) = common::ruleop_cli(args, false);
+    assert_eq!(code, 0, "{stderr}");
+    serde_json::from_str(&stdout).unwrap()
+}
+
+fn documents(path: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(format!("{ROOT}/{path}")).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn errors(validator: &jsonschema::Validator, doc: &Value) -> Vec<String> {
+    validator
+        .iter_errors(doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect()
+}
+
+#[test]
+fn the_committed_schemas_are_what_the_types_give() {
+    for (file, tests) in [
+        ("schemas/rules.schema.json", false),
+        ("schemas/rules-test.schema.json", true),
+    ] {
+        let committed: Value =
+            serde_json::from_str(&std::fs::read_to_string(format!("{ROOT}/{file}")).unwrap())
+                .unwrap();
+        assert_eq!(
+            committed,
+            schema(tests),
+            "{file} is stale: run schemas/generate-formats.sh"
+        );
+    }
+}
+
+#[test]
+fn every_shipped_rule_is_valid_and_a_misspelled_field_is_not() {
+    let validator = jsonschema::validator_for(&schema(false)).unwrap();
+    let rules = [
+        "rules/website.yaml",
+        "rules/myapp.yaml",
+        "tests/fixtures/microservice/rules.yaml",
+        "tests/fixtures/cache/rules.yaml",
+        "tests/fixtures/ordered/rules.yaml",
+        "tests/fixtures/late/rules.yaml",
+    ];
+    for file in rules {
+        for doc in documents(file) {
+            let e = errors(&validator, &doc);
+            assert!(e.is_empty(), "{file}: {e:#?}");
+        }
+    }
+    let mut bad = documents("rules/website.yaml").remove(0);
+    let child = bad["children"][0].as_object_mut().unwrap();
+    let template = child.remove("template").unwrap();
+    child.insert("tempalte".into(), template);
+    let e = errors(&validator, &bad);
+    assert!(
+        e.iter().any(|e| e.contains("tempalte")),
+        "a misspelled field is refused: {e:#?}"
+    );
+    let mut bad = documents("rules/myapp.yaml").remove(0);
+    bad["children"][0]["onRemove"] = "Keep".into();
+    assert!(!errors(&validator, &bad).is_empty(), "an unknown onRemove");
+}
+
+#[test]
+fn every_shipped_test_file_is_valid() {
+    let validator = jsonschema::validator_for(&schema(true)).unwrap();
+    for file in [
+        "rules/tests/website_test.yaml",
+        "rules/tests/myapp_test.yaml",
+        "tests/fixtures/microservice/microservice_test.yaml",
+    ] {
+        for doc in documents(file) {
+            let e = errors(&validator, &doc);
+            assert!(e.is_empty(), "{file}: {e:#?}");
+        }
+    }
+    let mut bad = documents("rules/tests/myapp_test.yaml").remove(0);
+    bad["tests"][0]["steps"][0]["expct"] = serde_json::json!({});
+    assert!(!errors(&validator, &bad).is_empty());
+}
