@@ -608,3 +608,50 @@ fn rules_folders_skip_test_files_and_snapshots() {
         "rules/tests/ holds no rules: {stdout}"
     );
 }
+
+#[test]
+fn render_strict_refuses_a_resource_that_breaks_a_cel_validation_of_its_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = "name: cache\nwatch: {group: example.com, version: v1, resource: caches}\nschema:\n  kind: Cache\n  spec:\n    mode: string | enum=standalone,replicated default=standalone\n    size: integer | default=1\n    db: string | rule=\"self.startsWith('db-')\" message=\"the database is named db-...\"\n  validations:\n    - {rule: \"self.mode == 'standalone' || self.size >= 3\", message: replicated needs 3 or more}\nchildren:\n  - id: config\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}\"}, data: {size: \"{{ spec.size | string }}\"}}\n";
+    let rules = dir.path().join("cache.yaml");
+    std::fs::write(&rules, rule).unwrap();
+    let cr = |spec: &str| {
+        let f = dir.path().join("cr.yaml");
+        std::fs::write(
+            &f,
+            format!("apiVersion: example.com/v1\nkind: Cache\nmetadata: {{name: c, namespace: n}}\nspec: {spec}\n"),
+        )
+        .unwrap();
+        f
+    };
+    let good = cr("{mode: replicated, size: 3, db: db-main}");
+    let (code, _, stderr) = ruleop(&[
+        "render",
+        "--strict",
+        "--rules",
+        rules.to_str().unwrap(),
+        good.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let bad = cr("{mode: replicated, size: 2, db: main}");
+    let (code, stdout, stderr) = ruleop(&[
+        "render",
+        "--strict",
+        "--rules",
+        rules.to_str().unwrap(),
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("spec: replicated needs 3 or more"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("spec.db: the database is named db-..."),
+        "{stderr}"
+    );
+    assert!(
+        stdout.is_empty(),
+        "nothing rendered for a refused resource: {stdout}"
+    );
+}

@@ -99,7 +99,19 @@ pub(super) fn resource_ok(rule: &CompiledRule, cr: &Value, crds: &[Value]) -> bo
     };
     let name = cr["metadata"]["name"].as_str().unwrap_or("?");
     let what = format!("resource `{name}` ({})", cr["kind"].as_str().unwrap_or("?"));
-    report_findings(&what, crate::schema::typed::check_object(cr, schema))
+    let typed = report_findings(&what, crate::schema::typed::check_object(cr, schema));
+    // The kind's CEL validations, as the API server would evaluate them on create.
+    let cel = crate::schema::cel::validate(schema, cr, "");
+    for v in &cel.violations {
+        eprintln!(
+            "error: {what}: {}: {}\n  rule: {}\n  fix: make the resource meet the kind's validation",
+            v.path, v.message, v.rule
+        );
+    }
+    for n in &cel.notes {
+        eprintln!("note: {what}: {n}");
+    }
+    typed && cel.violations.is_empty()
 }
 
 /// Checks rendered objects against their kinds' schemas; prints what is wrong.

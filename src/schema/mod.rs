@@ -4,12 +4,14 @@
 //! bounds: [`fields`]), the CRD made from it ([`crd`]), whether a new CRD breaks what the
 //! cluster stores ([`evolve`]), objects checked against their kinds' OpenAPI schemas
 //! ([`typed`], with the built-in kinds' schemas shipped in the binary) and what is known
-//! of built-in kinds without a cluster ([`kinds`]).
+//! of built-in kinds without a cluster ([`kinds`]), and the CEL validations of a schema
+//! evaluated offline ([`cel`]).
 //!
 //! Uses: nothing of ruleop's but [`crate::suggest`]. Used by: `rules` (a rule's schema,
 //! defaults and typed checks when it loads), `render --strict`, `ruleop crd` and the
 //! CRD install.
 
+pub mod cel;
 pub mod crd;
 pub mod evolve;
 pub mod fields;
