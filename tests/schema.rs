@@ -177,3 +177,110 @@ async fn check_against_cluster_checks_children_of_crd_kinds_against_what_it_serv
     }
     let _ = kubectl(&["delete", "crd", WIDGETS, "--wait=false"], None);
 }
+
+/// A rule whose ConfigMap key and Ingress pass every offline check but not the API server.
+const SITE: &str = "name: site
+watch: {group: dryrun.ruleop.dev, version: v1, resource: sites}
+schema:
+  kind: Site
+  spec:
+    host: string | default=a.example
+children:
+  - id: page
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: \"{{ name }}-page\"}
+      data:
+        a/b.html: \"<p>hi</p>\"
+  - id: ingress
+    template:
+      apiVersion: networking.k8s.io/v1
+      kind: Ingress
+      metadata: {name: \"{{ name }}\"}
+      spec:
+        rules: []
+  - id: svc
+    template:
+      apiVersion: v1
+      kind: Service
+      metadata: {name: \"{{ name }}\"}
+      spec:
+        ports: [{port: 80}]
+";
+
+#[tokio::test]
+async fn a_sample_is_judged_by_the_api_server_with_each_refusal_at_its_template_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("site.yaml");
+    std::fs::write(&site, SITE).unwrap();
+    let (code, _, err) = ruleop(&["check", "--rules", site.to_str().unwrap()]);
+    assert_eq!(code, 0, "offline, both pass: {err}");
+    // Its namespace need not exist: the children are judged in the default one.
+    let sample = dir.path().join("sample.yaml");
+    let sample_text = "apiVersion: dryrun.ruleop.dev/v1\nkind: Site\nmetadata: {name: one, namespace: no-such-ns}\nspec: {host: b.example}\n";
+    std::fs::write(&sample, sample_text).unwrap();
+    let (code, out, err) = ruleop(&[
+        "check",
+        "--against-cluster",
+        "--rules",
+        site.to_str().unwrap(),
+        "--sample",
+        sample.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(out.contains("0 rule(s) ok, 2 error(s)"), "{out}");
+    for (line, child, want) in [
+        (14, "page", "a valid config key must consist of"),
+        (
+            20,
+            "ingress",
+            "either `defaultBackend` or `rules` must be specified",
+        ),
+    ] {
+        assert!(
+            err.lines().any(|l| l
+                .contains(&format!("site.yaml:{line}: rule `site`, child `{child}`"))
+                && l.contains(want)),
+            "line {line}, {child}: {want}\n---\n{err}"
+        );
+    }
+    assert!(!err.contains("child `svc`"), "the Service is valid: {err}");
+    // A dry-run: nothing was stored.
+    let (_, found, _) = kubectl(&["get", "configmap", "-A", "-o", "name"], None);
+    assert!(!found.contains("one-page"), "{found}");
+    // The same children, judged in the steps of a test.
+    let test = dir.path().join("site_test.yaml");
+    std::fs::write(
+        &test,
+        format!("rules: [site.yaml]\ntests:\n  - name: one site\n    resource:\n{}    steps:\n      - expect: {{waiting: []}}\n",
+            sample_text.lines().map(|l| format!("      {l}\n")).collect::<String>()),
+    )
+    .unwrap();
+    let (code, out, _) = ruleop(&["test", test.to_str().unwrap()]);
+    assert_eq!(code, 0, "offline, the test passes: {out}");
+    let (code, out, _) = ruleop(&["test", "--server", test.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("a valid config key must consist of"), "{out}");
+    assert!(out.contains("either `defaultBackend` or `rules`"), "{out}");
+    // The shipped rules pass, with their examples and their tests.
+    let (code, out, err) = ruleop(&[
+        "check",
+        "--against-cluster",
+        "--rules",
+        "rules",
+        "--sample",
+        "examples/website.yaml",
+        "--sample",
+        "examples/myapp.yaml",
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("2 rule(s) ok"), "{out}");
+    let (code, out, _) = ruleop(&[
+        "test",
+        "--server",
+        "rules/tests",
+        "tests/fixtures/microservice",
+    ]);
+    assert_eq!(code, 0, "{out}");
+}

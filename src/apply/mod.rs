@@ -16,6 +16,7 @@
 
 pub mod adopt;
 mod compare;
+pub mod dryrun;
 mod error;
 mod memo;
 pub mod ownership;

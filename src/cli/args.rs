@@ -52,6 +52,10 @@ pub(super) struct TestArgs {
     /// (`<name>_test.snap.yaml`), for review, instead of comparing with it.
     #[arg(long)]
     pub(super) update: bool,
+    /// Also send each step's children to the cluster (current kubeconfig) as server-side
+    /// dry-run applies: what the API server or its admission webhooks refuse fails the step.
+    #[arg(long)]
+    pub(super) server: bool,
 }
 
 #[derive(Args, Debug)]
@@ -149,6 +153,11 @@ pub(super) struct CheckArgs {
     /// resources is an error), and children of CRD kinds against its `/openapi/v3`.
     #[arg(long)]
     pub(super) against_cluster: bool,
+    /// With --against-cluster: custom resources (YAML files, repeat for more) rendered by
+    /// their rules, the resource and each child sent as a server-side dry-run apply; what
+    /// the API server or its admission webhooks refuse is an error at the template's line.
+    #[arg(long, requires = "against_cluster")]
+    pub(super) sample: Vec<PathBuf>,
     /// Warnings are errors: no rule found is a failure.
     #[arg(long)]
     pub(super) strict: bool,

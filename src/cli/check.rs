@@ -12,10 +12,12 @@ use std::sync::Arc;
 /// The rules loaded against what the cluster (current kubeconfig) serves: children of
 /// kinds neither built in nor given with `--crd` are checked against the schemas of its
 /// `/openapi/v3`, and each rule's CRD is compared with the one it serves (a breaking
-/// change is an error).
+/// change is an error). Each of `samples` is rendered by its rule, and the resource and
+/// its children sent as dry-runs (what the API server refuses is an error of the rule).
 pub(super) fn load_against_cluster(
     paths: &[PathBuf],
     given: &[Value],
+    samples: &[Value],
 ) -> anyhow::Result<(Vec<Arc<CompiledRule>>, Vec<LoadError>)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -39,6 +41,15 @@ pub(super) fn load_against_cluster(
                 })));
             }
         }
+        // Samples only of rules with no error yet: those have their verdict already.
+        let failed: std::collections::BTreeSet<String> = errors
+            .iter()
+            .filter_map(LoadError::rule)
+            .map(str::to_string)
+            .collect();
+        let found =
+            super::server::sample_problems(&client, &loaded, samples, given, &failed).await?;
+        errors.extend(found);
         Ok((loaded, errors))
     })
 }
@@ -75,8 +86,12 @@ pub(super) fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     // Children of the CRDs' kinds are checked against their schemas too.
     let crds = read_crds(&args.crd)?;
     crate::schema::typed::use_crds(&crds);
+    let mut samples = Vec::new();
+    for p in &args.sample {
+        samples.extend(super::input::read_objects(p)?);
+    }
     let (loaded, mut errors) = match args.against_cluster {
-        true => load_against_cluster(&args.rules, &crds)?,
+        true => load_against_cluster(&args.rules, &crds, &samples)?,
         false => rules::load_paths(&args.rules),
     };
     for r in &loaded {

@@ -16,6 +16,7 @@ mod args;
 mod check;
 mod input;
 mod render;
+mod server;
 mod test;
 
 use args::{Cli, Command, CrdArgs, LogFormat, RbacArgs, SchemaArgs};

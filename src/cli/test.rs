@@ -18,9 +18,15 @@ pub(super) fn test_cmd(args: TestArgs) -> anyhow::Result<ExitCode> {
     if files.is_empty() {
         eprintln!("warning: no test files (`*_test.yaml`) in {paths:?}");
     }
+    // With --server, the API server judges each step's children too (dry-run applies).
+    let server = match args.server {
+        true => Some(super::server::Server::connect()?),
+        false => None,
+    };
+    let judge = server.as_ref().map(|s| s as &dyn run::Judge);
     let results: Vec<run::FileResult> = files
         .iter()
-        .map(|f| run::run_file(f, args.update))
+        .map(|f| run::run_file(f, args.update, judge))
         .collect();
     let (text, ok) = report::text(&results, start.elapsed().as_secs_f64());
     out!("{text}");

@@ -201,6 +201,22 @@ impl MarkedEventReceiver for Receiver {
     }
 }
 
+/// The line of `path` in the document of `file` that holds line `anchor` (a line the
+/// rule's compile recorded), reading the file again; `anchor` itself if the file cannot be
+/// read. For messages about a rule found after it was compiled (the API server's answer to
+/// a rendered child).
+pub fn line_in_file(file: &std::path::Path, anchor: usize, path: &str) -> usize {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return anchor;
+    };
+    index_documents(&text)
+        .docs
+        .iter()
+        .rev()
+        .find(|d| d.start <= anchor)
+        .map_or(anchor, |d| d.line(path))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

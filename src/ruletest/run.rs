@@ -100,8 +100,16 @@ fn rules_of(file: &Path, spec: &TestFile) -> Vec<PathBuf> {
     vec![folder.to_path_buf()]
 }
 
-/// Runs one test file; with `update`, writes its snapshot instead of comparing with it.
-pub fn run_file(file: &Path, update: bool) -> FileResult {
+/// What judges each step's children beyond the test's own expectations: the API server
+/// (`ruleop test --server`), given from above, so tests run with no cluster by default.
+pub trait Judge {
+    /// One message per child (or field of one) the judge refuses.
+    fn refusals(&self, rule: &CompiledRule, children: &[crate::render::Rendered]) -> Vec<String>;
+}
+
+/// Runs one test file; with `update`, writes its snapshot instead of comparing with it;
+/// with a `judge`, each step's children are also judged by it.
+pub fn run_file(file: &Path, update: bool, judge: Option<&dyn Judge>) -> FileResult {
     let failed = |error: String| FileResult {
         file: file.to_path_buf(),
         tests: Vec::new(),
@@ -129,7 +137,12 @@ pub fn run_file(file: &Path, update: bool) -> FileResult {
     let mut tests = Vec::new();
     for t in &spec.tests {
         let start = Instant::now();
-        let (failures, steps) = run_test(&loaded, t, snapshots.get(&t.name).filter(|_| !update));
+        let (failures, steps) = run_test(
+            &loaded,
+            t,
+            snapshots.get(&t.name).filter(|_| !update),
+            judge,
+        );
         written.insert(t.name.clone(), Value::Array(steps));
         tests.push(TestResult {
             name: t.name.clone(),
@@ -161,6 +174,7 @@ fn run_test(
     loaded: &[Arc<CompiledRule>],
     t: &Test,
     snapshot: Option<&Value>,
+    judge: Option<&dyn Judge>,
 ) -> (Vec<StepFailures>, Vec<Value>) {
     let mut cr = with_identity(t.resource.clone());
     let rule = match rule_for(loaded, t.rule.as_deref(), &cr) {
@@ -186,6 +200,14 @@ fn run_test(
         }
         let out = simulate(rule, &cr, &live);
         step_failures.extend(expect::check(&step.expect, &out));
+        if let (Some(judge), Ok(plan)) = (judge, &out.plan) {
+            step_failures.extend(judge.refusals(rule, &plan.children).into_iter().map(|m| {
+                Failure {
+                    message: m,
+                    diff: None,
+                }
+            }));
+        }
         let got = out.snapshot();
         if let Some(want) = snapshot.and_then(|s| s.get(i))
             && want.get("gave") != Some(&got)
