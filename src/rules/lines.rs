@@ -36,6 +36,16 @@ impl LineIndex {
             .map(String::as_str)
     }
 
+    /// The deepest path that starts on `line` (the field a message about that line is
+    /// about), if any.
+    pub fn path_at(&self, line: usize) -> Option<&str> {
+        self.lines
+            .iter()
+            .filter(|(_, l)| **l == line)
+            .map(|(p, _)| p.as_str())
+            .max_by_key(|p| (p.len(), std::cmp::Reverse(*p)))
+    }
+
     /// The line of `path`, or of its nearest indexed ancestor.
     pub fn line(&self, path: &str) -> usize {
         let mut p = path;

@@ -16,6 +16,7 @@ pub mod graph;
 pub mod helpers;
 pub mod lines;
 pub mod load;
+pub mod object;
 pub mod program;
 pub mod spec;
 

@@ -35,6 +35,54 @@ pub struct RuleSpec {
     /// defaults come from it.
     #[serde(default)]
     pub schema: Option<SchemaSpec>,
+    /// How a new revision reaches the resources: step by step, each step only once the
+    /// one before is Ready (a Rule object only: a rules file has no revisions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutSpec>,
+    /// How many revisions of a Rule object are kept (ControllerRevisions); default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_history_limit: Option<u32>,
+}
+
+/// A progressive rollout of each new revision (`rollout`).
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// The steps, in order: each reaches more resources (`{resources: 1}`,
+    /// `{percent: 10}`); the last reaches every one (a `{percent: 100}` is added if not).
+    pub steps: Vec<RolloutStep>,
+    /// How long the resources of a step have to be Ready under the new revision
+    /// (`30s`, `2m`, `1h`); default `5m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ready: Option<String>,
+    /// What a failed step does: `Pause` (the default: the rollout waits, nothing moves back)
+    /// or `Rollback` (the step's resources go back to the previous revision).
+    #[serde(default)]
+    pub on_failure: OnFailure,
+}
+
+/// One step of a rollout: how many resources have the new revision once it is reached.
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RolloutStep {
+    /// This many resources (at least one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<u32>,
+    /// This share of the resources, rounded up (1 to 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<u32>,
+}
+
+/// What a failed rollout step does (`rollout.onFailure`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
+pub enum OnFailure {
+    /// The rollout stops where it is, saying why; `ruleop.dev/rollout: resume` goes on.
+    #[default]
+    Pause,
+    /// The failed step's resources go back to the previous revision's objects.
+    Rollback,
 }
 
 /// How the children of a deleted custom resource are removed (`deletion`).

@@ -20,6 +20,7 @@ mod link;
 #[cfg(test)]
 mod load_tests;
 mod model;
+mod rollout;
 #[cfg(test)]
 mod schema_tests;
 mod template;
@@ -29,6 +30,7 @@ pub use compiler::{
     jinja_reason,
 };
 pub use model::*;
+pub use rollout::{DEFAULT_WAIT_READY, Rollout, Step, parse_duration};
 
 use compiler::{Compiler, GLOBALS, is_label_value};
 
@@ -39,6 +41,9 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::sync::Arc;
+
+/// How many revisions of a Rule object are kept by default.
+pub const DEFAULT_HISTORY: usize = 10;
 
 /// Compiles one rule. `lines` is the line index of the document it came from.
 pub fn compile(
@@ -111,6 +116,10 @@ pub fn compile(
         }
     }
     check_filters_and_tests(&mut c);
+    let rollout = spec
+        .rollout
+        .as_ref()
+        .and_then(|r| rollout::compile_rollout(&mut c, r));
     match program {
         Some(program) if c.errors.is_empty() => Ok(CompiledRule {
             status_reads: fields
@@ -136,6 +145,11 @@ pub fn compile(
             deps: graph.1,
             deletion: spec.deletion,
             crd,
+            rollout,
+            history_limit: spec
+                .revision_history_limit
+                .map_or(DEFAULT_HISTORY, |n| n as usize),
+            object: None,
         }),
         _ => Err(c.errors),
     }

@@ -35,6 +35,19 @@ pub struct CompiledRule {
     pub deletion: DeletionPolicy,
     /// The watched kind's CRD, made from the rule's `schema` (None without one).
     pub crd: Option<Value>,
+    /// How a new revision reaches the resources (Rule objects only).
+    pub rollout: Option<super::Rollout>,
+    /// How many revisions of a Rule object are kept.
+    pub history_limit: usize,
+    /// The Rule object the rule came from; None for a rule from a file.
+    pub object: Option<ObjectSource>,
+}
+
+/// The Rule object (cluster-scoped, `ruleop.dev`) a rule came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectSource {
+    pub uid: String,
+    pub generation: i64,
 }
 
 /// One child template.
