@@ -36,7 +36,7 @@ pub struct CompiledRule {
     /// The watched kind's CRD, made from the rule's `schema` (None without one).
     pub crd: Option<Value>,
     /// How a new revision reaches the resources (Rule objects only).
-    pub rollout: Option<super::Rollout>,
+    pub rollout: Option<super::rollout::Rollout>,
     /// How many revisions of a Rule object are kept.
     pub history_limit: usize,
     /// The Rule object the rule came from; None for a rule from a file.
