@@ -55,15 +55,17 @@ fn the_committed_schemas_are_what_the_types_give() {
 #[test]
 fn every_shipped_rule_is_valid_and_a_misspelled_field_is_not() {
     let validator = jsonschema::validator_for(&schema(false)).unwrap();
-    let rules = [
-        "rules/website.yaml",
-        "rules/myapp.yaml",
-        "tests/fixtures/microservice/rules.yaml",
-        "tests/fixtures/cache/rules.yaml",
-        "tests/fixtures/ordered/rules.yaml",
-        "tests/fixtures/late/rules.yaml",
-    ];
+    // Every shipped rules file, and every fixture's `rules.yaml` (the other fixtures are
+    // CRDs, resources, and rules broken on purpose).
+    let rules = files(
+        "rules",
+        &|n| n.ends_with(".yaml") && !n.ends_with("_test.yaml"),
+        false,
+    )
+    .into_iter()
+    .chain(files("tests/fixtures", &|n| n == "rules.yaml", true));
     for file in rules {
+        let file = file.as_str();
         for doc in documents(file) {
             let e = errors(&validator, &doc);
             assert!(e.is_empty(), "{file}: {e:#?}");
@@ -86,11 +88,15 @@ fn every_shipped_rule_is_valid_and_a_misspelled_field_is_not() {
 #[test]
 fn every_shipped_test_file_is_valid() {
     let validator = jsonschema::validator_for(&schema(true)).unwrap();
-    for file in [
-        "rules/tests/website_test.yaml",
-        "rules/tests/myapp_test.yaml",
-        "tests/fixtures/microservice/microservice_test.yaml",
-    ] {
+    let tests = files("rules", &|n| n.ends_with("_test.yaml"), true)
+        .into_iter()
+        .chain(files(
+            "tests/fixtures",
+            &|n| n.ends_with("_test.yaml"),
+            true,
+        ));
+    for file in tests {
+        let file = file.as_str();
         for doc in documents(file) {
             let e = errors(&validator, &doc);
             assert!(e.is_empty(), "{file}: {e:#?}");
@@ -99,4 +105,28 @@ fn every_shipped_test_file_is_valid() {
     let mut bad = documents("rules/tests/myapp_test.yaml").remove(0);
     bad["tests"][0]["steps"][0]["expct"] = serde_json::json!({});
     assert!(!errors(&validator, &bad).is_empty());
+}
+
+/// The files under `dir` (relative to the crate) whose names pass `keep`, through its
+/// folders when `deep`, sorted.
+fn files(dir: &str, keep: &dyn Fn(&str) -> bool, deep: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut todo = vec![root.join(dir)];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if p.is_dir() {
+                if deep {
+                    todo.push(p);
+                }
+            } else if keep(&name) {
+                out.push(p.strip_prefix(root).unwrap().to_string_lossy().to_string());
+            }
+        }
+    }
+    out.sort();
+    assert!(!out.is_empty(), "no files in {dir}");
+    out
 }

@@ -6,7 +6,9 @@
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
+use kube::discovery::{ApiCapabilities, ApiResource};
 use serde_json::Value;
+use std::collections::HashMap;
 
 /// One reason the API server gave, with the field it names (`spec.rules`, `data[a/b]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,24 +48,37 @@ pub enum DryRunError {
     Unreachable(#[source] kube::Error),
 }
 
-/// Sends `obj` as a forced server-side apply with `dryRun=All`, as field manager
-/// `manager`. A namespaced object with no namespace goes to the client's default one.
-pub async fn dry_run_apply(
-    client: &kube::Client,
-    obj: &Value,
-    manager: &str,
-) -> Result<(), DryRunError> {
-    let api_version = obj["apiVersion"]
-        .as_str()
-        .ok_or(DryRunError::Malformed("apiVersion"))?;
-    let kind = obj["kind"].as_str().ok_or(DryRunError::Malformed("kind"))?;
-    let name = obj["metadata"]["name"]
-        .as_str()
-        .ok_or(DryRunError::Malformed("metadata.name"))?;
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let gvk = GroupVersionKind::gvk(group, version, kind);
-    let (ar, caps) =
-        kube::discovery::pinned_kind(client, &gvk)
+/// Sends objects as dry-run applies, discovering each kind once.
+pub struct DryRun {
+    client: kube::Client,
+    kinds: std::sync::Mutex<HashMap<(String, String), (ApiResource, ApiCapabilities)>>,
+}
+
+impl DryRun {
+    pub fn new(client: kube::Client) -> DryRun {
+        DryRun {
+            client,
+            kinds: Default::default(),
+        }
+    }
+
+    /// The client's default namespace.
+    pub fn default_namespace(&self) -> &str {
+        self.client.default_namespace()
+    }
+
+    async fn kind(
+        &self,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<(ApiResource, ApiCapabilities), DryRunError> {
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some(k) = self.kinds.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(k);
+        }
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let found = kube::discovery::pinned_kind(&self.client, &gvk)
             .await
             .map_err(|source| match source {
                 kube::Error::Api(_) | kube::Error::Discovery(_) => DryRunError::NotServed {
@@ -73,6 +88,29 @@ pub async fn dry_run_apply(
                 },
                 other => DryRunError::Unreachable(other),
             })?;
+        if let Ok(mut m) = self.kinds.lock() {
+            m.insert(key, found.clone());
+        }
+        Ok(found)
+    }
+
+    /// Sends `obj` as a forced server-side apply with `dryRun=All`, as field manager
+    /// `manager`. A namespaced object with no namespace goes to the client's default one.
+    pub async fn apply(&self, obj: &Value, manager: &str) -> Result<(), DryRunError> {
+        dry_run_apply(self, obj, manager).await
+    }
+}
+
+async fn dry_run_apply(dr: &DryRun, obj: &Value, manager: &str) -> Result<(), DryRunError> {
+    let client = &dr.client;
+    let api_version = obj["apiVersion"]
+        .as_str()
+        .ok_or(DryRunError::Malformed("apiVersion"))?;
+    let kind = obj["kind"].as_str().ok_or(DryRunError::Malformed("kind"))?;
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .ok_or(DryRunError::Malformed("metadata.name"))?;
+    let (ar, caps) = dr.kind(api_version, kind).await?;
     let api: Api<DynamicObject> = match caps.scope {
         kube::discovery::Scope::Namespaced => {
             let ns = obj["metadata"]["namespace"]

@@ -127,7 +127,7 @@ pub(super) struct RenderArgs {
     #[arg(long)]
     pub(super) observed: Option<PathBuf>,
     /// Write the status of each resource (with --observed) to this file instead of stderr.
-    #[arg(long)]
+    #[arg(long, requires = "observed")]
     pub(super) status: Option<PathBuf>,
     /// CRD files (repeat for more): the watched kind's defaults are applied to the custom
     /// resources first, as the API server would.

@@ -17,7 +17,7 @@ use std::sync::Arc;
 pub(super) fn load_against_cluster(
     paths: &[PathBuf],
     given: &[Value],
-    samples: &[Value],
+    samples: &[(PathBuf, Value)],
 ) -> anyhow::Result<(Vec<Arc<CompiledRule>>, Vec<LoadError>)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -48,7 +48,7 @@ pub(super) fn load_against_cluster(
             .map(str::to_string)
             .collect();
         let found =
-            super::server::sample_problems(&client, &loaded, samples, given, &failed).await?;
+            super::server::sample_problems(&crate::apply::dryrun::DryRun::new(client.clone()), &loaded, samples, given, &failed).await?;
         errors.extend(found);
         Ok((loaded, errors))
     })
@@ -88,7 +88,11 @@ pub(super) fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     crate::schema::typed::use_crds(&crds);
     let mut samples = Vec::new();
     for p in &args.sample {
-        samples.extend(super::input::read_objects(p)?);
+        samples.extend(
+            super::input::read_objects(p)?
+                .into_iter()
+                .map(|o| (p.clone(), o)),
+        );
     }
     let (loaded, mut errors) = match args.against_cluster {
         true => load_against_cluster(&args.rules, &crds, &samples)?,

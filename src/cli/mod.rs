@@ -1,8 +1,10 @@
-//! The `ruleop` command line: `run` (the operator), `render` and `check` (no cluster
-//! needed), `rbac` and `crd`. The only place that prints to stdout or picks an exit code.
+//! The `ruleop` command line: `run` (the operator), `render`, `check`, `test` and
+//! `schema` (no cluster needed, but for `check --against-cluster` and `test --server`),
+//! `rbac` and `crd`. The only place that prints to stdout or picks an exit code.
 //!
 //! Owns: the arguments ([`args`]), reading rules, CRDs and objects ([`input`]), `check`
-//! ([`check`]) and `render` ([`render`]). Uses: everything below it. Used by: `main.rs`.
+//! ([`check`]), `render` ([`render`]), `test` ([`test`]) and the API server as the
+//! validator ([`server`]). Uses: everything below it. Used by: `main.rs`.
 
 /// Writes to stdout, returning I/O errors (a closed pipe is not a panic).
 macro_rules! out {

@@ -3,7 +3,7 @@
 //! server-side dry-run apply; what the API server or an admission webhook refuses is a
 //! problem of the rule, at the template's line of the field it names.
 
-use crate::apply::dryrun::{DryRunError, dry_run_apply, template_path};
+use crate::apply::dryrun::{DryRun, DryRunError, template_path};
 use crate::render::{self, Rendered};
 use crate::rules::error::{Location, RuleProblem};
 use crate::rules::{self, CompiledRule, LoadError};
@@ -12,19 +12,22 @@ use crate::ruletest::simulate::existing_among;
 use serde_json::Value;
 use std::sync::Arc;
 
-/// The field manager of the dry-run writes: the operator's, so the API server takes them
-/// as it would take the operator's.
+/// The field manager of the children's dry-run writes: the operator's, so the API server
+/// takes them as it would take the operator's.
 const MANAGER: &str = "ruleop";
+
+/// The field manager of a sample resource's dry-run: a user writes a resource, not ruleop.
+const SAMPLE_MANAGER: &str = "ruleop-check";
 
 /// The problems the API server finds in one rule's rendered children.
 pub(super) async fn child_problems(
-    client: &kube::Client,
+    dr: &DryRun,
     rule: &CompiledRule,
     children: &[Rendered],
 ) -> Vec<RuleProblem> {
     let mut out = Vec::new();
     for c in children {
-        let Err(e) = send(client, &c.object).await else {
+        let Err(e) = send(dr, &c.object, MANAGER).await else {
             continue;
         };
         let index = rule.children.iter().position(|ch| ch.id == c.id);
@@ -45,13 +48,13 @@ pub(super) async fn child_problems(
 
 /// A dry-run of `obj`; in the client's default namespace when its own does not exist here
 /// (a test's or a sample's namespace is part of the example, not of what is checked).
-async fn send(client: &kube::Client, obj: &Value) -> Result<(), DryRunError> {
-    match dry_run_apply(client, obj, MANAGER).await {
-        Err(DryRunError::NoNamespace(ns)) if ns != client.default_namespace() => {
+async fn send(dr: &DryRun, obj: &Value, manager: &str) -> Result<(), DryRunError> {
+    match dr.apply(obj, manager).await {
+        Err(DryRunError::NoNamespace(ns)) if ns != dr.default_namespace() => {
             let mut moved = obj.clone();
-            moved["metadata"]["namespace"] = Value::from(client.default_namespace());
+            moved["metadata"]["namespace"] = Value::from(dr.default_namespace());
             tracing::debug!(%ns, "dry-run in the default namespace: its own does not exist");
-            dry_run_apply(client, &moved, MANAGER).await
+            dr.apply(&moved, manager).await
         }
         other => other,
     }
@@ -99,6 +102,13 @@ fn problems(
                 )
             })
             .collect(),
+        DryRunError::Refused { message, .. } if message.contains("does not support dry run") => {
+            vec![problem(
+                at(""),
+                format!("{what}: not checked: {message}"),
+                "an admission webhook with side effects cannot take a dry-run (its `sideEffects` is not None or NoneOnDryRun): this object is checked only when it is written",
+            )]
+        }
         DryRunError::Refused { code: 403, message, .. } => vec![problem(
             at(""),
             format!("{what}: not allowed (403): {message}"),
@@ -122,15 +132,45 @@ fn problems(
 /// dry-runs (but not those of a rule in `failed`): the problems found, as load errors of
 /// their rules (one verdict per rule).
 pub(super) async fn sample_problems(
-    client: &kube::Client,
+    dr: &DryRun,
     loaded: &[Arc<CompiledRule>],
-    samples: &[Value],
+    samples: &[(std::path::PathBuf, Value)],
     crds: &[Value],
     failed: &std::collections::BTreeSet<String>,
 ) -> anyhow::Result<Vec<LoadError>> {
     let mut out = Vec::new();
-    for sample in samples {
-        let rule = super::input::pick_rule(loaded, None, sample)?;
+    let mut unmatched = Vec::new();
+    for (file, sample) in samples {
+        if !sample["metadata"].is_object() {
+            unmatched.push(LoadError::Sample {
+                path: file.clone(),
+                message: "a sample has no `metadata` mapping".into(),
+                fix: "give each sample `apiVersion`, `kind` and `metadata: {name: ...}`".into(),
+            });
+            continue;
+        }
+        let rule = match crate::ruletest::simulate::rule_for(loaded, None, sample) {
+            Ok(r) => r,
+            Err(e) => {
+                let watched: Vec<String> = loaded
+                    .iter()
+                    .map(|r| format!("{} {}", r.watch.api_version(), r.watch.resource))
+                    .collect();
+                unmatched.push(LoadError::Sample {
+                    path: file.clone(),
+                    message: format!(
+                        "sample {:?}: {}",
+                        sample["metadata"]["name"].as_str().unwrap_or("?"),
+                        e.split("; name one").next().unwrap_or(&e)
+                    ),
+                    fix: format!(
+                        "give a resource of a kind the rules watch ({})",
+                        watched.join(", ")
+                    ),
+                });
+                continue;
+            }
+        };
         if failed.contains(&rule.name) {
             eprintln!(
                 "note: rule `{}` has errors: its sample was not sent",
@@ -140,14 +180,14 @@ pub(super) async fn sample_problems(
         }
         let mut cr = sample.clone();
         if cr["metadata"]["namespace"].as_str().is_none() {
-            cr["metadata"]["namespace"] = Value::from(client.default_namespace());
+            cr["metadata"]["namespace"] = Value::from(dr.default_namespace());
         }
         if let Some(schema) = rules::crd::schema_of(rule, crds) {
             rules::crd::apply_defaults(&mut cr, schema);
         }
         let name = cr["metadata"]["name"].as_str().unwrap_or("?").to_string();
         // The resource itself: its CRD's validation (CEL rules included) and webhooks.
-        match send(client, &cr).await {
+        match send(dr, &cr, SAMPLE_MANAGER).await {
             Ok(()) => {}
             Err(e @ DryRunError::NotServed { .. }) => {
                 eprintln!("note: sample {name:?}: {e}: the resource itself was not sent");
@@ -179,18 +219,19 @@ pub(super) async fn sample_problems(
                 rule.name, w.id, w.reason
             );
         }
-        out.extend(child_problems(client, rule, &plan.children).await);
+        out.extend(child_problems(dr, rule, &plan.children).await);
     }
     Ok(out
         .into_iter()
         .map(|p| LoadError::Rule(Box::new(p)))
+        .chain(unmatched)
         .collect())
 }
 
 /// The API server as a test's judge: each step's children sent as dry-runs.
 pub(super) struct Server {
     rt: tokio::runtime::Runtime,
-    client: kube::Client,
+    dr: DryRun,
 }
 
 impl Server {
@@ -200,14 +241,20 @@ impl Server {
             .enable_all()
             .build()?;
         let client = rt.block_on(kube::Client::try_default())?;
-        Ok(Server { rt, client })
+        // One request first: an unreachable cluster is one error, not one per child.
+        rt.block_on(client.apiserver_version())
+            .map_err(|e| anyhow::anyhow!("--server: cannot reach the cluster: {e}"))?;
+        Ok(Server {
+            rt,
+            dr: DryRun::new(client),
+        })
     }
 }
 
 impl Judge for Server {
     fn refusals(&self, rule: &CompiledRule, children: &[Rendered]) -> Vec<String> {
         self.rt
-            .block_on(child_problems(&self.client, rule, children))
+            .block_on(child_problems(&self.dr, rule, children))
             .iter()
             .map(ToString::to_string)
             .collect()

@@ -16,7 +16,9 @@ pub(super) fn test_cmd(args: TestArgs) -> anyhow::Result<ExitCode> {
     };
     let files = run::test_files(&paths).map_err(|e| anyhow::anyhow!(e))?;
     if files.is_empty() {
-        eprintln!("warning: no test files (`*_test.yaml`) in {paths:?}");
+        // A wrong path in CI must not pass.
+        eprintln!("error: no test files (`*_test.yaml`) in {paths:?}");
+        return Ok(ExitCode::FAILURE);
     }
     // With --server, the API server judges each step's children too (dry-run applies).
     let server = match args.server {
@@ -35,8 +37,8 @@ pub(super) fn test_cmd(args: TestArgs) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
     if args.update {
-        for f in &files {
-            eprintln!("wrote {}", run::snapshot_path(f).display());
+        for r in results.iter().filter(|r| r.error.is_none()) {
+            eprintln!("wrote {}", run::snapshot_path(&r.file).display());
         }
     }
     Ok(if ok {

@@ -62,6 +62,13 @@ pub enum LoadError {
     /// The paths given hold no rules files.
     #[error("{}: no rules files here (looked for *.yaml and *.yml)", path.display())]
     NoFiles { path: PathBuf },
+    /// A sample resource (`check --sample`) no rule takes.
+    #[error("{}: {message}\n  fix: {fix}", path.display())]
+    Sample {
+        path: PathBuf,
+        message: String,
+        fix: String,
+    },
 }
 
 /// A second rule on an already watched resource.
@@ -141,7 +148,10 @@ impl LoadError {
             LoadError::Syntax { rule, .. } => rule.as_deref(),
             LoadError::Duplicate { rule, .. } => Some(rule),
             LoadError::SameWatch(w) => Some(&w.rule),
-            LoadError::Read { .. } | LoadError::TooLarge { .. } | LoadError::NoFiles { .. } => None,
+            LoadError::Read { .. }
+            | LoadError::TooLarge { .. }
+            | LoadError::NoFiles { .. }
+            | LoadError::Sample { .. } => None,
         }
     }
 
@@ -151,7 +161,8 @@ impl LoadError {
             LoadError::Read { path, .. }
             | LoadError::TooLarge { path, .. }
             | LoadError::Syntax { path, .. }
-            | LoadError::NoFiles { path } => path,
+            | LoadError::NoFiles { path }
+            | LoadError::Sample { path, .. } => path,
             LoadError::Rule(p) => &p.at.file,
             LoadError::Duplicate { second, .. } => &second.file,
             LoadError::SameWatch(w) => &w.second.file,

@@ -23,7 +23,8 @@ pub struct FileLoad {
 }
 
 /// Lists the rules files under `paths`: files as given, directories' `*.yaml`/`*.yml`
-/// (recursively, skipping hidden entries such as a ConfigMap's `..data`), sorted.
+/// (recursively, skipping hidden entries such as a ConfigMap's `..data`, and folders
+/// named `tests`), sorted.
 pub fn collect_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
     let mut out = Vec::new();
     for p in paths {
@@ -62,6 +63,10 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
     entries.sort();
     for p in entries {
         if p.is_dir() {
+            // A `tests` folder holds the rules' tests, their snapshots and fixtures.
+            if p.file_name().is_some_and(|n| n == "tests") {
+                continue;
+            }
             walk(&p, out)?;
         } else if p
             .extension()

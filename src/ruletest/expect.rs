@@ -20,8 +20,8 @@ fn fail(message: String) -> Failure {
     }
 }
 
-/// Every difference between `expect` and `out`.
-pub fn check(expect: &Expect, out: &Outcome) -> Vec<Failure> {
+/// Every difference between `expect` and `out` (`live`: what the cluster holds).
+pub fn check(expect: &Expect, out: &Outcome, live: &[Value]) -> Vec<Failure> {
     let mut failures = Vec::new();
     match (&out.plan, &expect.error) {
         (Err(e), Some(want)) if e.to_string().contains(want.as_str()) => {}
@@ -35,6 +35,7 @@ pub fn check(expect: &Expect, out: &Outcome) -> Vec<Failure> {
         (Ok(plan), None) => {
             let children: Vec<&Value> = plan.children.iter().map(|c| &c.object).collect();
             children_match(expect, &children, &mut failures);
+            absent_but_kept(expect, out, live, &mut failures);
             waiting_match(expect, plan, &mut failures);
         }
     }
@@ -58,11 +59,11 @@ pub fn check(expect: &Expect, out: &Outcome) -> Vec<Failure> {
         let status = if *status { "True" } else { "False" };
         let (w_status, w_reason, w_message) = match want {
             ConditionExpect::Status(s) => (Some(s.as_str()), None, None),
-            ConditionExpect::Full {
-                status,
-                reason,
-                message,
-            } => (status.as_deref(), reason.as_deref(), message.as_deref()),
+            ConditionExpect::Full(f) => (
+                f.status.map(|s| s.as_str()),
+                f.reason.as_deref(),
+                f.message.as_deref(),
+            ),
         };
         let bad = w_status.is_some_and(|w| w != status)
             || w_reason.is_some_and(|w| w != reason)
@@ -126,6 +127,28 @@ fn children_match(expect: &Expect, children: &[&Value], failures: &mut Vec<Failu
                     });
                 }
             }
+        }
+    }
+}
+
+/// A child expected absent that is not rendered, but whose object is in the cluster and of
+/// a kind whose child waits: a waiting child's object is neither applied nor deleted, so
+/// it stays.
+fn absent_but_kept(expect: &Expect, out: &Outcome, live: &[Value], failures: &mut Vec<Failure>) {
+    for want in expect.children.iter().filter(|w| w.absent) {
+        let object = want.object();
+        let Some(there) = live.iter().find(|o| object.is(o)) else {
+            continue;
+        };
+        let waits = out
+            .waiting_kinds
+            .iter()
+            .any(|(av, k)| there["apiVersion"] == av.as_str() && there["kind"] == k.as_str());
+        if waits {
+            failures.push(fail(format!(
+                "child {} {}: not rendered, but a child of its kind waits and the object is in the cluster: a waiting child's object stays (expected absent)",
+                want.kind, want.name
+            )));
         }
     }
 }

@@ -11,6 +11,7 @@
 //! Uses: `rules`, `render`, `status`, `apply` (the projection of an object onto the fields
 //! expected). Used by: the CLI.
 
+pub mod cluster;
 pub mod expect;
 pub mod report;
 pub mod run;

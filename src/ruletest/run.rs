@@ -2,9 +2,10 @@
 //! checked against what it expected (and against its snapshot, when one is kept), or,
 //! with `--update`, written as the new snapshot.
 
+use super::cluster::Cluster;
 use super::expect::{self, Failure};
 use super::simulate::{Outcome, rule_for, simulate};
-use super::spec::{Step, Test, TestFile};
+use super::spec::{Test, TestFile};
 use crate::rules::{self, CompiledRule};
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
@@ -128,11 +129,29 @@ pub fn run_file(file: &Path, update: bool, judge: Option<&dyn Judge>) -> FileRes
         let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
         return failed(all.join("\n"));
     }
+    let mut names = std::collections::BTreeSet::new();
+    if let Some(t) = spec.tests.iter().find(|t| !names.insert(t.name.as_str())) {
+        return failed(format!(
+            "{}: two tests are named {:?}: give each test its own name (snapshots and reports go by it)",
+            file.display(),
+            t.name
+        ));
+    }
     let snap_file = snapshot_path(file);
-    let snapshots: Map<String, Value> = std::fs::read_to_string(&snap_file)
-        .ok()
-        .and_then(|t| serde_yaml::from_str(&t).ok())
-        .unwrap_or_default();
+    let snapshots: Option<Map<String, Value>> = match std::fs::read_to_string(&snap_file) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return failed(format!("{}: {e}", snap_file.display())),
+        Ok(t) => match serde_yaml::from_str(&t) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                return failed(format!(
+                    "{}: {e} (`ruleop test --update` writes it again)",
+                    snap_file.display()
+                ));
+            }
+        },
+    };
+    let no_steps = Value::Array(Vec::new());
     let mut written = Map::new();
     let mut tests = Vec::new();
     for t in &spec.tests {
@@ -140,7 +159,10 @@ pub fn run_file(file: &Path, update: bool, judge: Option<&dyn Judge>) -> FileRes
         let (failures, steps) = run_test(
             &loaded,
             t,
-            snapshots.get(&t.name).filter(|_| !update),
+            snapshots
+                .as_ref()
+                .filter(|_| !update)
+                .map(|m| m.get(&t.name).unwrap_or(&no_steps)),
             judge,
         );
         written.insert(t.name.clone(), Value::Array(steps));
@@ -176,16 +198,15 @@ fn run_test(
     snapshot: Option<&Value>,
     judge: Option<&dyn Judge>,
 ) -> (Vec<StepFailures>, Vec<Value>) {
-    let mut cr = with_identity(t.resource.clone());
-    let rule = match rule_for(loaded, t.rule.as_deref(), &cr) {
-        Ok(r) => r,
-        Err(e) => return (vec![(0, "the rule".into(), vec![failure(e)])], Vec::new()),
+    let setup = |e: String| (vec![(0, "the test".into(), vec![failure(e)])], Vec::new());
+    let mut cluster = match Cluster::new(&t.resource, &t.observed) {
+        Ok(c) => c,
+        Err(e) => return setup(e),
     };
-    // The defaults of the rule's `schema`, as the API server applies them.
-    if let Some(schema) = rules::crd::schema_of(rule, &[]) {
-        rules::crd::apply_defaults(&mut cr, schema);
-    }
-    let mut live: Vec<Value> = t.observed.clone();
+    let rule = match rule_for(loaded, t.rule.as_deref(), &cluster.resource) {
+        Ok(r) => r,
+        Err(e) => return setup(e),
+    };
     let mut last: Option<Outcome> = None;
     let mut failures = Vec::new();
     let mut steps = Vec::new();
@@ -195,28 +216,29 @@ fn run_test(
             .clone()
             .unwrap_or_else(|| format!("step {}", i + 1));
         let mut step_failures = Vec::new();
-        if let Err(e) = change(&mut cr, &mut live, step, last.as_ref()) {
+        let last_plan = last.as_ref().and_then(|o| o.plan.as_ref().ok());
+        if let Err(e) = cluster.change(step, last_plan) {
             step_failures.push(failure(e));
         }
-        let out = simulate(rule, &cr, &live);
-        step_failures.extend(expect::check(&step.expect, &out));
+        // The defaults of the rule's `schema`, as the API server applies them on every
+        // write; then the resource as the API server would check it.
+        let mut cr = cluster.resource.clone();
+        if let Some(schema) = rules::crd::schema_of(rule, &[]) {
+            rules::crd::apply_defaults(&mut cr, schema);
+            step_failures.extend(resource_problems(&cr, schema).into_iter().map(failure));
+        }
+        let out = simulate(rule, &cr, &cluster.live);
+        step_failures.extend(expect::check(&step.expect, &out, &cluster.live));
         if let (Some(judge), Ok(plan)) = (judge, &out.plan) {
-            step_failures.extend(judge.refusals(rule, &plan.children).into_iter().map(|m| {
-                Failure {
-                    message: m,
-                    diff: None,
-                }
-            }));
+            step_failures.extend(
+                judge
+                    .refusals(rule, &plan.children)
+                    .into_iter()
+                    .map(failure),
+            );
         }
         let got = out.snapshot();
-        if let Some(want) = snapshot.and_then(|s| s.get(i))
-            && want.get("gave") != Some(&got)
-        {
-            step_failures.push(Failure {
-                message: "what the step gave differs from its snapshot (run `ruleop test --update` and review the change)".into(),
-                diff: Some(expect::diff(want.get("gave").unwrap_or(&Value::Null), &got)),
-            });
-        }
+        step_failures.extend(against_snapshot(snapshot, i, &got));
         steps.push(json!({"step": name, "gave": got}));
         if !step_failures.is_empty() {
             failures.push((i + 1, name, step_failures));
@@ -226,91 +248,38 @@ fn run_test(
     (failures, steps)
 }
 
+/// What the API server would refuse of the resource: its kind's schema (types, enums,
+/// bounds) and CEL validations.
+fn resource_problems(cr: &Value, schema: &Value) -> Vec<String> {
+    let typed = crate::schema::typed::check_object(cr, schema)
+        .into_iter()
+        .map(|f| format!("the resource: {}: {}", f.field, f.problem));
+    let cel = crate::schema::cel::validate(schema, cr, "")
+        .violations
+        .into_iter()
+        .map(|v| format!("the resource: {}: {} (rule: {})", v.path, v.message, v.rule));
+    typed.chain(cel).collect()
+}
+
+/// The step against the snapshot kept of it, when the file has one: a step the snapshot
+/// lacks is a failure too (the test grew since `--update`).
+fn against_snapshot(snapshot: Option<&Value>, i: usize, got: &Value) -> Option<Failure> {
+    let snapshot = snapshot?;
+    let Some(want) = snapshot.get(i) else {
+        return Some(failure(format!(
+            "the snapshot has no step {} of this test (run `ruleop test --update` and review it)",
+            i + 1
+        )));
+    };
+    (want.get("gave") != Some(got)).then(|| Failure {
+        message: "what the step gave differs from its snapshot (run `ruleop test --update` and review the change)".into(),
+        diff: Some(expect::diff(want.get("gave").unwrap_or(&Value::Null), got)),
+    })
+}
+
 fn failure(message: String) -> Failure {
     Failure {
         message,
         diff: None,
-    }
-}
-
-/// The resource with the namespace `default` and a uid when it has none (children carry
-/// an owner reference to it).
-fn with_identity(mut cr: Value) -> Value {
-    if cr["metadata"]["namespace"].is_null() {
-        cr["metadata"]["namespace"] = json!("default");
-    }
-    if cr["metadata"]["uid"].is_null() {
-        cr["metadata"]["uid"] = json!("00000000-0000-0000-0000-000000000001");
-    }
-    if cr["metadata"]["generation"].is_null() {
-        cr["metadata"]["generation"] = json!(1);
-    }
-    cr
-}
-
-/// What a step changes: the resource, then the objects in the cluster.
-fn change(
-    cr: &mut Value,
-    live: &mut Vec<Value>,
-    step: &Step,
-    last: Option<&Outcome>,
-) -> Result<(), String> {
-    if let Some(patch) = &step.resource {
-        json_patch::merge(cr, patch);
-        let g = cr["metadata"]["generation"].as_i64().unwrap_or(1);
-        cr["metadata"]["generation"] = json!(g + 1);
-    }
-    if step.apply_children {
-        let Some(Ok(plan)) = last.map(|o| &o.plan) else {
-            return Err("`applyChildren`: the step before rendered no children".into());
-        };
-        for c in &plan.children {
-            // As server-side apply: the rendered fields over the object there, if any
-            // (what others set, its status, a Service's cluster IP, stays).
-            let mut o = c.object.clone();
-            let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
-            o["metadata"]["uid"] = json!(format!("uid-{}-{name}", c.kind.to_lowercase()));
-            if let Some(there) = live.iter().find(|x| same(x, &o)) {
-                let mut merged = there.clone();
-                json_patch::merge(&mut merged, &o);
-                o = merged;
-            } else {
-                o["metadata"]["generation"] = json!(1);
-            }
-            put(live, o);
-        }
-    }
-    for o in &step.apply {
-        put(live, o.clone());
-    }
-    for p in &step.patch {
-        let object = p.object();
-        let Some(o) = live.iter_mut().find(|o| object.is(o)) else {
-            return Err(format!("`patch`: no {} {} in the cluster", p.kind, p.name));
-        };
-        json_patch::merge(o, &p.merge);
-    }
-    for d in &step.delete {
-        let before = live.len();
-        live.retain(|o| !d.is(o));
-        if live.len() == before {
-            return Err(format!("`delete`: no {} {} in the cluster", d.kind, d.name));
-        }
-    }
-    Ok(())
-}
-
-/// Whether two objects are one: the same apiVersion, kind and name.
-fn same(x: &Value, o: &Value) -> bool {
-    x["apiVersion"] == o["apiVersion"]
-        && x["kind"] == o["kind"]
-        && x["metadata"]["name"] == o["metadata"]["name"]
-}
-
-/// Adds `o` to the cluster, replacing the object of the same apiVersion, kind and name.
-fn put(live: &mut Vec<Value>, o: Value) {
-    match live.iter_mut().find(|x| same(x, &o)) {
-        Some(x) => *x = o,
-        None => live.push(o),
     }
 }

@@ -24,6 +24,8 @@ pub struct Outcome {
     pub report: Option<Report>,
     /// `Ready` and `Synced`: (type, status, reason, message).
     pub conditions: Vec<(String, bool, String, String)>,
+    /// The (apiVersion, kind) of each child that waits: an object of theirs stays.
+    pub waiting_kinds: Vec<(String, String)>,
 }
 
 /// The live object of a rendered child among `live`, by apiVersion, kind and name.
@@ -111,11 +113,21 @@ pub fn simulate(rule: &CompiledRule, cr: &Value, live: &[Value]) -> Outcome {
         .into_iter()
         .map(|c| (c.type_.to_string(), c.status, c.reason, c.message))
         .collect();
+    let waiting_kinds = match &plan {
+        Ok(p) => p
+            .waiting
+            .iter()
+            .filter_map(|w| rule.children.iter().find(|c| c.id == w.id))
+            .map(|c| (c.api_version.clone(), c.kind.clone()))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
     Outcome {
         plan,
         scope,
         report,
         conditions,
+        waiting_kinds,
     }
 }
 
@@ -169,33 +181,71 @@ pub fn rule_for<'a>(
     name: Option<&str>,
     cr: &Value,
 ) -> Result<&'a CompiledRule, String> {
-    if let Some(n) = name {
-        return loaded
-            .iter()
-            .map(|r| &**r)
-            .find(|r| r.name == n)
-            .ok_or_else(|| format!("no rule named {n:?}"));
-    }
-    if let [only] = loaded {
-        return Ok(only);
-    }
     let api_version = cr
         .get("apiVersion")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let kind = cr
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_lowercase();
+    let kind = cr.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let chosen = match name {
+        Some(n) => loaded
+            .iter()
+            .map(|r| &**r)
+            .find(|r| r.name == n)
+            .ok_or_else(|| {
+                let names: Vec<&str> = loaded.iter().map(|r| r.name.as_str()).collect();
+                format!("no rule named {n:?} (the rules: {})", names.join(", "))
+            })?,
+        None => match loaded {
+            [only] => only,
+            _ => return by_kind(loaded, api_version, kind),
+        },
+    };
+    // A resource of another kind would never reach this rule in a cluster.
+    let known_kind = chosen
+        .crd
+        .as_ref()
+        .and_then(|c| c["spec"]["names"]["kind"].as_str());
+    if chosen.watch.api_version() != api_version || known_kind.is_some_and(|k| k != kind) {
+        return Err(format!(
+            "the resource is {api_version} {kind}, but rule `{}` watches {} {}",
+            chosen.name,
+            chosen.watch.api_version(),
+            known_kind.unwrap_or(&chosen.watch.resource)
+        ));
+    }
+    Ok(chosen)
+}
+
+/// The one rule that watches the resource's kind: its `schema`'s kind, or (without a
+/// schema) a resource named as the kind's plural.
+fn by_kind<'a>(
+    loaded: &'a [Arc<CompiledRule>],
+    api_version: &str,
+    kind: &str,
+) -> Result<&'a CompiledRule, String> {
+    let lower = kind.to_lowercase();
+    let plurals = [
+        format!("{lower}s"),
+        format!("{lower}es"),
+        lower
+            .strip_suffix('y')
+            .map(|s| format!("{s}ies"))
+            .unwrap_or_default(),
+        lower.clone(),
+    ];
     let matches: Vec<&CompiledRule> = loaded
         .iter()
         .map(|r| &**r)
+        .filter(|r| r.watch.api_version() == api_version)
         .filter(|r| {
-            r.watch.api_version() == api_version
-                && (r.watch.resource == format!("{kind}s")
-                    || r.watch.resource == format!("{kind}es")
-                    || r.watch.resource == kind)
+            match r
+                .crd
+                .as_ref()
+                .and_then(|c| c["spec"]["names"]["kind"].as_str())
+            {
+                Some(k) => k == kind,
+                None => plurals.contains(&r.watch.resource),
+            }
         })
         .collect();
     match matches.as_slice() {

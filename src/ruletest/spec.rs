@@ -99,6 +99,7 @@ pub struct Expect {
     /// Conditions by type: `"True"`/`"False"`, or `{status, reason, message}` (a part of
     /// the message).
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, ConditionShape>")]
     pub conditions: BTreeMap<String, ConditionExpect>,
     /// The render fails, with this in its message.
     #[serde(default)]
@@ -131,20 +132,78 @@ pub struct WaitExpect {
     pub reason: Option<String>,
 }
 
-/// A condition as expected.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(untagged)]
+/// A condition as expected: `"True"`/`"False"` (or `true`/`false`), or
+/// `{status, reason, message}` (a part of the message), unknown fields refused.
+#[derive(Debug, Clone, PartialEq)]
 pub enum ConditionExpect {
     Status(String),
-    Full {
-        #[serde(default)]
-        status: Option<String>,
-        #[serde(default)]
-        reason: Option<String>,
-        /// A part of the message.
-        #[serde(default)]
-        message: Option<String>,
-    },
+    Full(FullCondition),
+}
+
+/// A condition's fields as expected; what is not given is not checked.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FullCondition {
+    #[serde(default)]
+    pub status: Option<StatusWord>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// A part of the message.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// A condition's status, as Kubernetes writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+pub enum StatusWord {
+    True,
+    False,
+    Unknown,
+}
+
+impl StatusWord {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusWord::True => "True",
+            StatusWord::False => "False",
+            StatusWord::Unknown => "Unknown",
+        }
+    }
+}
+
+/// The shapes a condition may be written in (for the JSON Schema).
+#[derive(schemars::JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum ConditionShape {
+    Status(StatusWord),
+    Bool(bool),
+    Full(FullCondition),
+}
+
+impl<'de> Deserialize<'de> for ConditionExpect {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match Value::deserialize(d)? {
+            Value::Bool(b) => Ok(ConditionExpect::Status(
+                if b { "True" } else { "False" }.into(),
+            )),
+            Value::String(s) => match s.as_str() {
+                "True" | "False" | "Unknown" => Ok(ConditionExpect::Status(s)),
+                _ => Err(D::Error::custom(format!(
+                    "{s:?} is not a condition status: write \"True\", \"False\" or \"Unknown\""
+                ))),
+            },
+            v @ Value::Object(_) => serde_json::from_value(v)
+                .map(ConditionExpect::Full)
+                .map_err(|e| {
+                    D::Error::custom(format!("a condition `{{status, reason, message}}`: {e}"))
+                }),
+            other => Err(D::Error::custom(format!(
+                "{other} is not a condition: write \"True\"/\"False\" or {{status, reason, message}}"
+            ))),
+        }
+    }
 }
 
 impl ObjectRef {

@@ -94,37 +94,72 @@ fn check(rule: &Value, obj: &Value, path: &str, out: &mut Verdict) {
         ));
         return;
     }
-    let program = match ENV.compile(text) {
-        Ok(p) => p,
-        Err(e) => {
+    // The CEL crate is young: a panic inside it is a note on this rule, not a crash.
+    let compiled = std::panic::catch_unwind(|| ENV.compile(text));
+    let program = match compiled {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => {
             out.notes
                 .push(format!("{path}: `{text}` could not be read here: {e}"));
             return;
         }
+        Err(_) => {
+            out.notes
+                .push(format!("{path}: `{text}` could not be read here"));
+            return;
+        }
+    };
+    let violation = |message: String| Violation {
+        path: path.to_string(),
+        rule: text.to_string(),
+        message,
     };
     match run(&program, obj) {
-        Ok(Cel::Bool(true)) => {}
-        Ok(Cel::Bool(false)) => out.violations.push(Violation {
-            path: path.to_string(),
-            rule: text.to_string(),
-            message: rule["message"]
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("failed rule: {text}")),
-        }),
-        Ok(other) => out
+        Some(Ok(Cel::Bool(true))) => {}
+        Some(Ok(Cel::Bool(false))) => out.violations.push(violation(message_of(rule, obj, text))),
+        Some(Ok(other)) => out
             .notes
             .push(format!("{path}: `{text}` gave {other:?}, not a boolean")),
-        Err(e) => out.notes.push(format!(
+        // What the API server refuses the object for too: the rule fails on this value.
+        Some(Err(
+            e @ (cel::ExecutionError::NoSuchKey(_)
+            | cel::ExecutionError::UnexpectedType { .. }
+            | cel::ExecutionError::ValuesNotComparable(..)
+            | cel::ExecutionError::UnsupportedIndex(..)),
+        )) => out.violations.push(violation(format!(
+            "the rule fails on this value ({e}); the API server refuses such an object"
+        ))),
+        Some(Err(e)) => out.notes.push(format!(
             "{path}: `{text}` could not be evaluated here ({e}): the API server will"
+        )),
+        None => out.notes.push(format!(
+            "{path}: `{text}` could not be evaluated here: the API server will"
         )),
     }
 }
 
-fn run(program: &Program, obj: &Value) -> Result<Cel, cel::ExecutionError> {
-    let mut ctx = Context::with_env(ENV.clone());
-    ctx.add_variable_from_value("self", to_cel(obj));
-    program.execute(&ctx)
+/// The rule's message: its `messageExpression` evaluated, its `message`, or the rule.
+fn message_of(rule: &Value, obj: &Value, text: &str) -> String {
+    let from_expression = rule["messageExpression"].as_str().and_then(|m| {
+        let p = std::panic::catch_unwind(|| ENV.compile(m)).ok()?.ok()?;
+        match run(&p, obj)? {
+            Ok(Cel::String(s)) => Some(s.to_string()),
+            _ => None,
+        }
+    });
+    from_expression
+        .or_else(|| rule["message"].as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("failed rule: {text}"))
+}
+
+/// Runs `program` with `self` = `obj`; None if the CEL crate panicked.
+fn run(program: &Program, obj: &Value) -> Option<Result<Cel, cel::ExecutionError>> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut ctx = Context::with_env(ENV.clone());
+        ctx.add_variable_from_value("self", to_cel(obj));
+        program.execute(&ctx)
+    }))
+    .ok()
 }
 
 /// A JSON value as CEL sees a Kubernetes object: integers are `int`, objects maps.
@@ -201,5 +236,18 @@ mod tests {
         assert_eq!(v.notes.len(), 2, "{:?}", v.notes);
         assert!(v.notes[0].contains("transition rule"));
         assert!(v.notes[1].contains("isQuantity"), "{:?}", v.notes);
+    }
+
+    #[test]
+    fn a_rule_failing_on_a_missing_field_is_refused_and_a_message_expression_is_used() {
+        let s = json!({"type": "object", "x-kubernetes-validations": [
+            {"rule": "self.db.startsWith('db-')"},
+            {"rule": "self.size < 10", "messageExpression": "'size ' + string(self.size) + ' is 10 or more'"},
+        ]});
+        let v = validate(&s, &json!({"size": 12}), "spec");
+        let messages: Vec<&str> = v.violations.iter().map(|x| x.message.as_str()).collect();
+        assert_eq!(messages.len(), 2, "{v:?}");
+        assert!(messages[0].contains("No such key: db"), "{messages:?}");
+        assert_eq!(messages[1], "size 12 is 10 or more");
     }
 }

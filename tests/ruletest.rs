@@ -1,0 +1,250 @@
+//! `ruleop test` and the offline CEL check of `render --strict`, as a rule author runs
+//! them: no cluster.
+
+mod common;
+
+fn ruleop(args: &[&str]) -> (i32, String, String) {
+    common::ruleop_cli(args, false)
+}
+
+#[test]
+fn test_runs_the_shipped_rules_tests_and_a_broken_rule_fails_with_a_diff() {
+    let (code, stdout, stderr) = ruleop(&["test", "rules/", "tests/fixtures/"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("test result: ok. 4 passed; 0 failed"),
+        "{stdout}"
+    );
+    // The figure, printed (not asserted): the whole suite runs with no cluster.
+    println!("{}", stdout.lines().last().unwrap_or_default());
+
+    // The same tests against a rule whose default replicas changed.
+    let dir = tempfile::tempdir().unwrap();
+    let rule = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/website.yaml"))
+        .unwrap()
+        .replace(
+            "replicas: integer | default=2",
+            "replicas: integer | default=3",
+        );
+    std::fs::write(dir.path().join("website.yaml"), rule).unwrap();
+    std::fs::create_dir(dir.path().join("tests")).unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/rules/tests/website_test.yaml"),
+        dir.path().join("tests/website_test.yaml"),
+    )
+    .unwrap();
+    let junit = dir.path().join("junit.xml");
+    let (code, stdout, _) = ruleop(&[
+        "test",
+        dir.path().to_str().unwrap(),
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains("test result: FAILED. 1 passed; 1 failed"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("child Deployment my-blog-web: spec.replicas: expected 2, got 3"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("--- expected\n+++ actual"),
+        "a diff: {stdout}"
+    );
+    assert!(
+        stdout.contains("-  replicas: 2\n+  replicas: 3"),
+        "{stdout}"
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains("<testsuites name=\"ruleop test\" tests=\"2\" failures=\"1\">"),
+        "{xml}"
+    );
+    assert!(
+        xml.contains(
+            "<failure message=\"child Deployment my-blog-web: spec.replicas: expected 2, got 3\">"
+        ),
+        "{xml}"
+    );
+}
+
+#[test]
+fn test_update_writes_snapshots_and_a_change_is_caught_by_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/myapp.yaml")).unwrap();
+    std::fs::write(dir.path().join("myapp.yaml"), &rules).unwrap();
+    let test = dir.path().join("myapp_test.yaml");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/rules/tests/myapp_test.yaml"),
+        &test,
+    )
+    .unwrap();
+    let (code, stdout, stderr) = ruleop(&["test", "--update", test.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let snap = std::fs::read_to_string(dir.path().join("myapp_test.snap.yaml")).unwrap();
+    assert!(
+        snap.contains("kind: Deployment") && snap.contains("replicas: 3"),
+        "{snap}"
+    );
+    let (code, stdout, _) = ruleop(&["test", test.to_str().unwrap()]);
+    assert_eq!(code, 0, "the snapshot matches: {stdout}");
+    // A change the test's own expectations do not cover: a new label.
+    std::fs::write(
+        dir.path().join("myapp.yaml"),
+        rules.replace(
+            "        labels:\n          app: \"{{ name }}\"\n",
+            "        labels:\n          app: \"{{ name }}\"\n          tier: web\n",
+        ),
+    )
+    .unwrap();
+    let (code, stdout, _) = ruleop(&["test", test.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("differs from its snapshot"), "{stdout}");
+    assert!(stdout.contains("+      tier: web"), "{stdout}");
+}
+
+#[test]
+fn rules_folders_skip_test_files_and_snapshots() {
+    let (code, stdout, stderr) = ruleop(&[
+        "check",
+        "--rules",
+        "tests/fixtures/microservice/rules.yaml",
+        "--rules",
+        "rules/",
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("3 rule(s) ok"),
+        "rules/tests/ holds no rules: {stdout}"
+    );
+}
+
+#[test]
+fn render_strict_refuses_a_resource_that_breaks_a_cel_validation_of_its_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = "name: cache\nwatch: {group: example.com, version: v1, resource: caches}\nschema:\n  kind: Cache\n  spec:\n    mode: string | enum=standalone,replicated default=standalone\n    size: integer | default=1\n    db: string | rule=\"self.startsWith('db-')\" message=\"the database is named db-...\"\n  validations:\n    - {rule: \"self.mode == 'standalone' || self.size >= 3\", message: replicated needs 3 or more}\nchildren:\n  - id: config\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}\"}, data: {size: \"{{ spec.size | string }}\"}}\n";
+    let rules = dir.path().join("cache.yaml");
+    std::fs::write(&rules, rule).unwrap();
+    let cr = |spec: &str| {
+        let f = dir.path().join("cr.yaml");
+        std::fs::write(
+            &f,
+            format!("apiVersion: example.com/v1\nkind: Cache\nmetadata: {{name: c, namespace: n}}\nspec: {spec}\n"),
+        )
+        .unwrap();
+        f
+    };
+    let good = cr("{mode: replicated, size: 3, db: db-main}");
+    let (code, _, stderr) = ruleop(&[
+        "render",
+        "--strict",
+        "--rules",
+        rules.to_str().unwrap(),
+        good.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let bad = cr("{mode: replicated, size: 2, db: main}");
+    let (code, stdout, stderr) = ruleop(&[
+        "render",
+        "--strict",
+        "--rules",
+        rules.to_str().unwrap(),
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("spec: replicated needs 3 or more"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("spec.db: the database is named db-..."),
+        "{stderr}"
+    );
+    assert!(
+        stdout.is_empty(),
+        "nothing rendered for a refused resource: {stdout}"
+    );
+}
+
+const PAIR: &str = "name: pair
+watch: {group: t.ruleop.dev, version: v1, resource: pairs}
+children:
+  - id: config
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}-a\"}, data: {a: \"1\"}}
+  - id: app
+    after: [config]
+    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}-b\"}, data: {b: \"1\"}}
+";
+
+const RESOURCE: &str =
+    "    resource: {apiVersion: t.ruleop.dev/v1, kind: Pair, metadata: {name: p}}\n";
+
+/// Writes `pair.yaml` and a test file with `tests` into a new folder; runs `ruleop test`.
+fn run_pair(tests: &str) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("pair.yaml"), PAIR).unwrap();
+    std::fs::write(
+        dir.path().join("pair_test.yaml"),
+        format!("tests:\n{tests}"),
+    )
+    .unwrap();
+    ruleop(&["test", dir.path().to_str().unwrap()])
+}
+
+#[test]
+fn absent_fails_for_an_object_a_waiting_child_keeps() {
+    // Not in the cluster: absent it is.
+    let fresh = format!(
+        "  - name: fresh\n{RESOURCE}    steps:\n      - expect: {{waiting: [{{child: app}}], children: [{{kind: ConfigMap, name: p-b, absent: true}}]}}\n"
+    );
+    let (code, out, err) = run_pair(&fresh);
+    assert_eq!(code, 0, "{out}{err}");
+    // In the cluster while its child waits: it stays, so `absent` fails.
+    let kept = format!(
+        "  - name: kept\n{RESOURCE}    observed:\n      - {{apiVersion: v1, kind: ConfigMap, metadata: {{name: p-b}}}}\n    steps:\n      - expect: {{children: [{{kind: ConfigMap, name: p-b, absent: true}}]}}\n"
+    );
+    let (code, out, _) = run_pair(&kept);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("a waiting child's object stays"), "{out}");
+}
+
+#[test]
+fn test_files_refuse_what_would_check_nothing() {
+    // A misspelled condition field is refused, not ignored.
+    let typo = format!(
+        "  - name: typo\n{RESOURCE}    steps:\n      - expect: {{conditions: {{Ready: {{stauts: \"True\"}}}}}}\n"
+    );
+    let (code, out, _) = run_pair(&typo);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("unknown field `stauts`"), "{out}");
+    // Conditions may be booleans.
+    let boolean = format!(
+        "  - name: boolean\n{RESOURCE}    steps:\n      - expect: {{conditions: {{Synced: false}}}}\n"
+    );
+    let (code, out, _) = run_pair(&boolean);
+    assert_eq!(code, 0, "{out}");
+    // A resource of a kind the rule does not watch.
+    let other = "  - name: other\n    resource: {apiVersion: t.ruleop.dev/v2, kind: Pair, metadata: {name: p}}\n    steps: [{expect: {}}]\n";
+    let (code, out, _) = run_pair(other);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("rule `pair` watches t.ruleop.dev/v1"), "{out}");
+    // Two tests of one name.
+    let twice =
+        format!("  - name: a\n{RESOURCE}    steps: []\n  - name: a\n{RESOURCE}    steps: []\n");
+    let (code, out, _) = run_pair(&twice);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("two tests are named \"a\""), "{out}");
+    // No test file at all: a wrong path in CI fails.
+    let empty = tempfile::tempdir().unwrap();
+    let (code, _, err) = ruleop(&["test", empty.path().to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no test files"), "{err}");
+    // A malformed resource is a failure with a message, not a crash.
+    let malformed = "  - name: malformed\n    resource: {metadata: 5}\n    steps: [{expect: {}}]\n";
+    let (code, out, err) = run_pair(malformed);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("`metadata` a mapping"), "{out}");
+}
