@@ -188,6 +188,15 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
         out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": crds},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": crds}, "subjects": subject}));
     }
+    // The Rule objects it serves, whatever the scope of the rest: Rules are cluster-scoped.
+    let rule_objects = format!("{}-rules", t.name);
+    out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": rule_objects},
+        "rules": [
+            {"apiGroups": [crate::rules::object::GROUP], "resources": [crate::rules::object::PLURAL], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [crate::rules::object::GROUP], "resources": [format!("{}/status", crate::rules::object::PLURAL)], "verbs": ["patch"]},
+        ]}));
+    out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": rule_objects},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": rule_objects}, "subjects": subject}));
     let lease = format!("{}-leader-election", t.name);
     out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": lease, "namespace": t.operator_namespace},
         "rules": [
@@ -268,7 +277,13 @@ mod tests {
         );
         assert!(has("events.k8s.io", "events", "create"));
         assert_eq!(
-            m[2]["kind"], "Role",
+            m[2]["kind"], "ClusterRole",
+            "the Rule objects, cluster-scoped"
+        );
+        assert_eq!(m[2]["rules"][0]["resources"], json!(["rules"]));
+        assert_eq!(m[2]["rules"][1]["verbs"], json!(["patch"]));
+        assert_eq!(
+            m[4]["kind"], "Role",
             "the Lease is only in the operator's namespace"
         );
     }

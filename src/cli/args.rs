@@ -32,6 +32,15 @@ pub(super) enum Command {
     Test(TestArgs),
     /// Print the JSON Schema of the rules format (or, with --tests, of test files), for editors.
     Schema(SchemaArgs),
+    /// Print rules files as Rule objects, for `kubectl apply -f -`. No cluster needed.
+    Rule(RuleArgs),
+}
+
+#[derive(Args, Debug)]
+pub(super) struct RuleArgs {
+    /// A rules file or directory (repeat for more).
+    #[arg(long, required = true)]
+    pub(super) rules: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -61,8 +70,11 @@ pub(super) struct TestArgs {
 #[derive(Args, Debug)]
 pub(super) struct CrdArgs {
     /// A rules file or directory (repeat for more).
-    #[arg(long, required = true)]
+    #[arg(long, required_unless_present = "rule_kind")]
     pub(super) rules: Vec<PathBuf>,
+    /// Print the CRD of the Rule kind (`rules.ruleop.dev`) instead.
+    #[arg(long, conflicts_with = "rules")]
+    pub(super) rule_kind: bool,
 }
 
 #[derive(Args, Debug)]

@@ -18,6 +18,7 @@ mod args;
 mod check;
 mod input;
 mod render;
+mod rule;
 mod server;
 mod test;
 
@@ -38,6 +39,7 @@ pub fn main() -> ExitCode {
         Command::Crd(args) => crd_cmd(args),
         Command::Test(args) => test::test_cmd(args),
         Command::Schema(args) => schema_cmd(&args),
+        Command::Rule(args) => rule::rule_cmd(args),
     };
     match result {
         Ok(code) => code,
@@ -79,6 +81,13 @@ fn run(args: crate::operator::RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn crd_cmd(args: CrdArgs) -> anyhow::Result<ExitCode> {
+    if args.rule_kind {
+        out!(
+            "# The Rule kind, by `ruleop crd --rule-kind`. Do not edit: regenerate.\n---\n{}",
+            serde_yaml::to_string(&crate::rules::object::crd())?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let Some(loaded) = load_all_or_report(&args.rules) else {
         return Ok(ExitCode::FAILURE);
     };

@@ -9,8 +9,17 @@ use std::path::PathBuf;
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// A rules file or directory (repeat for more). Watched: edits apply without a restart.
-    #[arg(long, required = true)]
+    /// Optional: the Rule objects of the cluster are served too (see --rule-objects).
+    #[arg(long)]
     pub rules: Vec<PathBuf>,
+    /// Serve the cluster's Rule objects (`rules.ruleop.dev`) beside the rules files, and
+    /// write their status. `false`: files only (no watch of Rules, no RBAC for them).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub rule_objects: bool,
+    /// Serve only the Rule objects with these labels (a label selector, `team=web`): for
+    /// several ruleop installations in one cluster, each with its Rules.
+    #[arg(long)]
+    pub rule_selector: Option<String>,
     /// Reconciles running at once, per rule (at least 1). Most send nothing and end at
     /// once; one that writes holds its place until the API server answers.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]

@@ -13,7 +13,9 @@ pub mod admin;
 pub mod args;
 pub mod crds;
 pub mod inventory;
+pub mod objects;
 pub mod reload;
+pub mod rule_status;
 pub mod runner;
 pub mod supervisor;
 pub mod versions;
@@ -98,11 +100,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let mut book = RuleBook::new(args.rules.clone());
     let mut last_problems = Vec::new();
     book.reload();
-    let initial = book.rules();
-    let problems = book.problems.clone();
-    report(&problems, &mut last_problems, &metrics, &health);
-    if initial.is_empty() {
-        let problems = problems
+    // Files given that give no rule at all are a mistake to stop on, Rules or not.
+    if !args.rules.is_empty() && book.rules().is_empty() && !book.problems.is_empty() {
+        let problems = book
+            .problems
             .iter()
             .map(|p| p.message.clone())
             .collect::<Vec<_>>()
@@ -110,6 +111,12 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         return Err(RunError::NoRules {
             paths: args.rules.clone(),
             problems,
+        });
+    }
+    if args.rules.is_empty() && !args.rule_objects {
+        return Err(RunError::NoRules {
+            paths: Vec::new(),
+            problems: "no --rules given, and --rule-objects=false".into(),
         });
     }
     let (_watcher, mut changes) = reload::watch(book.paths()).map_err(RunError::Watch)?;
@@ -170,7 +177,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         resync: Duration::from_secs(args.resync_seconds),
     });
     let opts = Options {
-        process,
+        process: process.clone(),
         concurrency: args.concurrency,
         discovery_retry: Duration::from_secs(3),
         scope: crate::cache::watches::WatchScope {
@@ -187,6 +194,28 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         event_pace: client::limiter::Pace::new(args.event_qps, 100),
         event_quiet: Some(busy),
     };
+    // The Rule objects, read before the first rules are put in force (a cluster without
+    // the Rule kind never lists: files alone, after a short wait).
+    let mut objects = args.rule_objects.then(|| {
+        objects::RuleObjects::start(process.client.clone(), args.rule_selector.as_deref())
+    });
+    if let Some(o) = &objects
+        && !o.ready(Duration::from_secs(5)).await
+    {
+        tracing::warn!(
+            "Rule objects not listed yet: starting with the rules files; Rules join when they list"
+        );
+    }
+    let rule_api: kube::Api<kube::api::DynamicObject> =
+        kube::Api::all_with(process.client.clone(), &objects::resource());
+    refresh(&mut book, objects.as_ref());
+    let initial = book.rules();
+    report(
+        &book.problems.clone(),
+        &mut last_problems,
+        &metrics,
+        &health,
+    );
     let mut sup = Supervisor::new(opts, metrics.clone(), health.clone());
     sup.set_desired(initial);
 
@@ -196,6 +225,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     if leading {
         sup.converge().await;
     }
+    let mut rule_status = tokio::time::interval(Duration::from_secs(2));
     health.loaded.store(true, Ordering::SeqCst);
     tracing::info!(rules = book.rules().len(), leading, "ruleop running");
 
@@ -230,9 +260,30 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
                 // Let a burst of file events settle, then read everything once.
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 while changes.try_recv().is_ok() {}
-                reload(&mut book, &mut sup, &mut last_problems, &metrics, &health, leading).await;
+                refresh(&mut book, objects.as_ref());
+                put_in_force(&mut book, &mut sup, &mut last_problems, &metrics, &health, leading).await;
             }
-            _ = poll.tick() => reload(&mut book, &mut sup, &mut last_problems, &metrics, &health, leading).await,
+            Some(()) = async {
+                match objects.as_mut() {
+                    Some(o) => o.changes.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                refresh(&mut book, objects.as_ref());
+                put_in_force(&mut book, &mut sup, &mut last_problems, &metrics, &health, leading).await;
+                if let (true, Some(o)) = (leading, &objects) {
+                    rule_status::write_all(&book, &sup, o, &rule_api).await;
+                }
+            }
+            _ = rule_status.tick(), if leading && objects.is_some() => {
+                if let Some(o) = &objects {
+                    rule_status::write_all(&book, &sup, o, &rule_api).await;
+                }
+            }
+            _ = poll.tick() => {
+                refresh(&mut book, objects.as_ref());
+                put_in_force(&mut book, &mut sup, &mut last_problems, &metrics, &health, leading).await;
+            }
         }
     }
     tracing::info!("shutting down: finishing in-flight reconciles");
@@ -244,7 +295,16 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     Ok(())
 }
 
-async fn reload(
+/// Reads the rules files again and takes the Rule objects as the cluster holds them now.
+fn refresh(book: &mut RuleBook, objects: Option<&objects::RuleObjects>) {
+    if let Some(o) = objects {
+        book.set_objects(&o.list());
+    }
+    book.reload();
+}
+
+/// Puts the rules of the book in force.
+async fn put_in_force(
     book: &mut RuleBook,
     sup: &mut Supervisor,
     last: &mut Vec<Problem>,
@@ -252,7 +312,6 @@ async fn reload(
     health: &Health,
     leading: bool,
 ) {
-    book.reload();
     let rules = book.rules();
     let problems = book.problems.clone();
     if report(&problems, last, metrics, health) && problems.is_empty() {

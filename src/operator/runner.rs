@@ -60,11 +60,28 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// What a running rule shows of itself (for a Rule's status).
+#[derive(Default)]
+pub struct RuleInfo {
+    /// The watched kind, once discovery has resolved it.
+    pub kind: std::sync::OnceLock<String>,
+    /// One record per custom resource, once the rule runs.
+    records: std::sync::OnceLock<Arc<Records<crate::reconcile::outcome::Sent>>>,
+}
+
+impl RuleInfo {
+    /// How many custom resources the rule serves, once it runs.
+    pub fn resources(&self) -> Option<usize> {
+        self.records.get().map(|r| r.len())
+    }
+}
+
 /// A running rule.
 pub struct RuleTask {
     pub rule: Arc<CompiledRule>,
     /// True once every watch of the rule has listed its objects.
     pub synced: Arc<AtomicBool>,
+    pub info: Arc<RuleInfo>,
     stop: watch::Sender<bool>,
     handle: tokio::task::JoinHandle<()>,
 }
@@ -83,12 +100,18 @@ impl RuleTask {
     ) -> RuleTask {
         let (stop, stop_rx) = watch::channel(false);
         let synced = Arc::new(AtomicBool::new(false));
+        let info = Arc::new(RuleInfo::default());
         let span = tracing::info_span!("rule", rule = %rule.name);
-        let task = run(rule.clone(), opts, stop_rx, synced.clone(), retired, loaded);
+        let state = State {
+            synced: synced.clone(),
+            info: info.clone(),
+        };
+        let task = run(rule.clone(), opts, stop_rx, state, retired, loaded);
         let handle = tokio::spawn(task.instrument(span));
         RuleTask {
             rule,
             synced,
+            info,
             stop,
             handle,
         }
@@ -206,14 +229,21 @@ fn controller_config(concurrency: u16) -> Config {
     Config::default().concurrency(concurrency)
 }
 
+/// What a running rule keeps up to date for its task.
+struct State {
+    synced: Arc<AtomicBool>,
+    info: Arc<RuleInfo>,
+}
+
 async fn run(
     rule: Arc<CompiledRule>,
     opts: Options,
     stop: watch::Receiver<bool>,
-    synced: Arc<AtomicBool>,
+    state: State,
     retired: Vec<inventory::Made>,
     loaded: Vec<String>,
 ) {
+    let State { synced, info } = state;
     let client = opts.process.client.clone();
     // The CRD is installed beside the rule, tried again while it fails; the rule runs
     // against the CRD the cluster serves meanwhile.
@@ -245,6 +275,7 @@ async fn run(
     else {
         return;
     };
+    let _ = info.kind.set(parent.resource.kind.clone());
     if !parent.namespaced {
         tracing::error!(kind = %parent.resource.kind, "the watched kind is cluster-scoped; ruleop only runs rules for namespaced kinds; rule not started");
         stopped(stop).await;
@@ -260,17 +291,28 @@ async fn run(
     let scope = opts.scope.namespace.as_deref();
     let metrics = &opts.process.metrics;
     let state = inventory();
-    let versions = super::versions::wait_until_newest(
-        &state,
-        &rule,
-        scope,
-        &loaded,
-        opts.settle,
-        metrics,
-        &stop,
-    );
-    let Some(allowed) = versions.await else {
-        return;
+    // A Rule object is the one version in force on every replica: it needs no check
+    // against the versions other replicas' files ran.
+    let allowed = match rule.object {
+        Some(_) => super::versions::Allowed {
+            prune: true,
+            retire: super::versions::Retire::Now,
+        },
+        None => {
+            let versions = super::versions::wait_until_newest(
+                &state,
+                &rule,
+                scope,
+                &loaded,
+                opts.settle,
+                metrics,
+                &stop,
+            );
+            let Some(allowed) = versions.await else {
+                return;
+            };
+            allowed
+        }
     };
     // Kinds the rule no longer makes are cleaned up beside the controller, until done.
     let _cleanup = AbortOnDrop(tokio::spawn(
@@ -303,6 +345,7 @@ async fn run(
     };
 
     let records = Arc::new(Records::new(usize::from(opts.concurrency)));
+    let _ = info.records.set(records.clone());
     // Readiness: every watch (the parent's, one per child kind, one per existing kind)
     // has listed once.
     let watches = 1 + kinds.len() + existing_kinds.len();

@@ -78,6 +78,11 @@ impl Supervisor {
         self.publish();
     }
 
+    /// The running rule of that name.
+    pub fn task(&self, name: &str) -> Option<&RuleTask> {
+        self.running.get(name)
+    }
+
     /// Stops every controller, letting in-flight reconciles finish.
     pub async fn stop_all(&mut self) {
         let tasks: Vec<RuleTask> = std::mem::take(&mut self.running).into_values().collect();

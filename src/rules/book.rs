@@ -6,6 +6,7 @@
 use super::compile::CompiledRule;
 use super::error::LoadError;
 use super::load::{collect_files, load_file};
+use super::object::{ObjectLoad, load_object, source_path};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,7 +26,30 @@ pub struct RuleBook {
     /// The rules last put in force, by name: the fallback of a rule whose new version
     /// collides with another (same watched resource).
     in_force: BTreeMap<String, Arc<CompiledRule>>,
+    /// The Rule objects, by name: the last load of each and its last good rule.
+    objects: BTreeMap<String, ObjectEntry>,
     pub problems: Vec<Problem>,
+}
+
+/// One Rule object: what its current generation gave, and the last rule it gave that
+/// compiled (which stays in force while a later generation has errors).
+#[derive(Debug, Clone)]
+struct ObjectEntry {
+    load: ObjectLoad,
+    good: Option<Arc<CompiledRule>>,
+}
+
+/// Where a Rule object stands, for its status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectVerdict {
+    /// The generation last loaded.
+    pub generation: i64,
+    /// Its generation compiled and is the rule in force under that name.
+    pub accepted: bool,
+    /// The generation of the rule in force under its name, if any.
+    pub in_force: Option<i64>,
+    /// Every problem, each with its path in the Rule (or its reason).
+    pub problems: Vec<String>,
 }
 
 impl RuleBook {
@@ -38,6 +62,53 @@ impl RuleBook {
 
     pub fn paths(&self) -> &[PathBuf] {
         &self.paths
+    }
+
+    /// The Rule objects the cluster holds now (all of them): each loaded; a generation
+    /// with errors keeps the last good one of the same object in force.
+    pub fn set_objects(&mut self, objects: &[serde_json::Value]) {
+        let mut next = BTreeMap::new();
+        for o in objects {
+            let load = load_object(o);
+            let prev = self
+                .objects
+                .get(&load.name)
+                .filter(|e| e.load.uid == load.uid)
+                .and_then(|e| e.good.clone());
+            let good = load.rule.clone().or(prev);
+            next.insert(load.name.clone(), ObjectEntry { load, good });
+        }
+        self.objects = next;
+    }
+
+    /// Where Rule object `name` stands, after [`RuleBook::rules`]; None if there is none.
+    pub fn object_verdict(&self, name: &str) -> Option<ObjectVerdict> {
+        let e = self.objects.get(name)?;
+        let file = source_path(name).display().to_string();
+        let mut problems: Vec<String> = e.load.problems.iter().map(ToString::to_string).collect();
+        problems.extend(
+            self.problems
+                .iter()
+                .filter(|p| p.file == file)
+                .map(|p| p.message.clone()),
+        );
+        let in_force = self
+            .in_force
+            .get(name)
+            .filter(|r| r.at.file == source_path(name))
+            .and_then(|r| r.object.as_ref())
+            .map(|o| o.generation);
+        Some(ObjectVerdict {
+            generation: e.load.generation,
+            accepted: problems.is_empty() && in_force == Some(e.load.generation),
+            in_force,
+            problems,
+        })
+    }
+
+    /// The names of the Rule objects.
+    pub fn object_names(&self) -> Vec<String> {
+        self.objects.keys().cloned().collect()
     }
 
     /// Reads every file again. Returns the problems found by this load.
@@ -86,8 +157,15 @@ impl RuleBook {
     /// and a failover would change which rule writes). A refused rule keeps its last
     /// version in force if that one watched something else.
     pub fn rules(&mut self) -> Vec<Arc<CompiledRule>> {
-        let all: Vec<Arc<CompiledRule>> = self.files.values().flatten().cloned().collect();
-        let (named, dups) = dedupe_names(all);
+        // Files first: a Rule object named as a file's rule is the one refused.
+        let all: Vec<Arc<CompiledRule>> = self
+            .files
+            .values()
+            .flatten()
+            .cloned()
+            .chain(self.objects.values().filter_map(|e| e.good.clone()))
+            .collect();
+        let (named, dups) = dedupe_names(all.clone());
         let mut by_watch: BTreeMap<(String, String), Vec<Arc<CompiledRule>>> = BTreeMap::new();
         for r in named {
             by_watch
@@ -121,7 +199,7 @@ impl RuleBook {
                         || (k.watch.group == prev.watch.group
                             && k.watch.resource == prev.watch.resource)
                 })
-                && !self.files.values().flatten().any(|r| {
+                && !all.iter().any(|r| {
                     r.name != prev.name
                         && r.watch.group == prev.watch.group
                         && r.watch.resource == prev.watch.resource
@@ -294,5 +372,73 @@ mod tests {
         book.reload();
         let names: Vec<String> = book.rules().iter().map(|r| r.name.clone()).collect();
         assert_eq!(names, vec!["web".to_string()]);
+    }
+
+    fn rule_object(
+        name: &str,
+        generation: i64,
+        resource: &str,
+        template_name: &str,
+    ) -> serde_json::Value {
+        serde_json::json!({"apiVersion": "ruleop.dev/v1alpha1", "kind": "Rule",
+            "metadata": {"name": name, "uid": format!("uid-{name}"), "generation": generation},
+            "spec": {"watch": {"group": "x.io", "version": "v1", "resource": resource},
+                     "children": [{"id": "cm", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                                   "metadata": {"name": template_name}}}]}})
+    }
+
+    #[test]
+    fn a_rule_object_serves_beside_files_and_a_broken_generation_keeps_the_last_good() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("web.yaml"), GOOD).unwrap();
+        let mut book = RuleBook::new(vec![dir.path().to_path_buf()]);
+        book.reload();
+        book.set_objects(&[rule_object("site", 1, "sites", "{{ name }}")]);
+        let names: Vec<String> = book.rules().iter().map(|r| r.name.clone()).collect();
+        assert_eq!(names, ["site", "web"]);
+        let v = book.object_verdict("site").unwrap();
+        assert!(v.accepted && v.problems.is_empty(), "{v:?}");
+        assert_eq!(v.in_force, Some(1));
+
+        // Generation 2 does not compile: generation 1 keeps serving, and the Rule says why.
+        book.set_objects(&[rule_object("site", 2, "sites", "{{ name ")]);
+        book.reload();
+        let rules = book.rules();
+        let site = rules
+            .iter()
+            .find(|r| r.name == "site")
+            .expect("last good serves");
+        assert_eq!(site.object.as_ref().unwrap().generation, 1);
+        let v = book.object_verdict("site").unwrap();
+        assert!(!v.accepted, "{v:?}");
+        assert_eq!(v.in_force, Some(1));
+        assert!(
+            v.problems[0].starts_with("spec.children[0].template.metadata.name"),
+            "{v:?}"
+        );
+
+        // Deleted: gone.
+        book.set_objects(&[]);
+        book.reload();
+        assert_eq!(book.rules().len(), 1);
+        assert!(book.object_verdict("site").is_none());
+    }
+
+    #[test]
+    fn a_rule_object_named_as_a_files_rule_is_refused_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("web.yaml"), GOOD).unwrap();
+        let mut book = RuleBook::new(vec![dir.path().to_path_buf()]);
+        book.reload();
+        book.set_objects(&[rule_object("web", 1, "others", "{{ name }}")]);
+        let rules = book.rules();
+        assert_eq!(rules.len(), 1);
+        assert!(rules[0].object.is_none(), "the file's rule serves");
+        let v = book.object_verdict("web").unwrap();
+        assert!(!v.accepted);
+        assert!(
+            v.problems.iter().any(|p| p.contains("already defined")),
+            "{v:?}"
+        );
     }
 }

@@ -162,6 +162,61 @@ fn locate(
     ObjectProblem { path, message }
 }
 
+/// The Rule kind's CRD: cluster-scoped, its `spec` one rules-file document (checked by
+/// ruleop: at `kubectl apply` by its webhook, and when it loads it), its status written
+/// by ruleop.
+pub fn crd() -> Value {
+    let condition = serde_json::json!({"jsonPath": ".status.conditions[?(@.type==\"Ready\")].status", "name": "Ready", "type": "string"});
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{PLURAL}.{GROUP}")},
+        "spec": {
+            "group": GROUP,
+            "names": {"kind": KIND, "listKind": "RuleList", "plural": PLURAL, "singular": "rule", "categories": ["ruleop"]},
+            "scope": "Cluster",
+            "versions": [{
+                "name": VERSION,
+                "served": true,
+                "storage": true,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"jsonPath": ".status.kind", "name": "Kind", "type": "string"},
+                    {"jsonPath": ".status.revision", "name": "Revision", "type": "integer"},
+                    {"jsonPath": ".status.resources", "name": "Resources", "type": "integer"},
+                    {"jsonPath": ".status.rollout.updated", "name": "Updated", "type": "integer"},
+                    condition,
+                    {"jsonPath": ".metadata.creationTimestamp", "name": "Age", "type": "date"},
+                ],
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "description": "A ruleop rule: which custom resource to watch, the children to make from each, and its status. See the ruleop README.",
+                    "properties": {
+                        "spec": {
+                            "type": "object",
+                            "description": "One rules-file document (its `name`, if given, is the Rule's).",
+                            "x-kubernetes-preserve-unknown-fields": true,
+                        },
+                        "status": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": true,
+                            "properties": {
+                                "observedGeneration": {"type": "integer", "format": "int64"},
+                                "kind": {"type": "string"},
+                                "revision": {"type": "integer", "format": "int64"},
+                                "resources": {"type": "integer", "format": "int64"},
+                                "conditions": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                                "problems": {"type": "array", "items": {"type": "string"}},
+                                "rollout": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                            },
+                        },
+                    },
+                }},
+            }],
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -170,6 +170,10 @@ impl Operator {
             cmd.arg("--rules").arg(std::path::Path::new(root).join(r));
         }
         cmd.args(extra);
+        // Rule objects are cluster-wide: only the tests of them serve them.
+        if !extra.iter().any(|a| a.starts_with("--rule-objects")) {
+            cmd.arg("--rule-objects=false");
+        }
         if std::env::var_os("KUBECONFIG").is_none() {
             cmd.env("KUBECONFIG", format!("{root}/target/cluster/kubeconfig"));
         }

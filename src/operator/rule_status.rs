@@ -1,0 +1,232 @@
+//! The status of each Rule object, written by the leader: whether its generation was
+//! accepted (or every problem, each at its path in the Rule, and which generation stays in
+//! force), whether it serves (its watches listed), its kind and how many resources it has.
+//! Written only when it differs from the status the cluster holds: nothing in steady state.
+
+use crate::rules::book::ObjectVerdict;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// What the running rule of a Rule shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Running {
+    /// The Rule generation it runs.
+    pub generation: i64,
+    pub synced: bool,
+    pub kind: Option<String>,
+    pub resources: Option<usize>,
+    /// The revision in force, and the rollout's progress, once known.
+    pub revision: Option<i64>,
+    pub rollout: Option<Value>,
+}
+
+/// One condition, without its time.
+fn condition(type_: &str, ok: bool, reason: &str, message: String, generation: i64) -> Value {
+    json!({"type": type_, "status": if ok { "True" } else { "False" }, "reason": reason,
+           "message": crate::status::verdict::bounded([message.as_str()]), "observedGeneration": generation})
+}
+
+/// The status a Rule should have (conditions without their times).
+pub fn desired(v: &ObjectVerdict, running: Option<&Running>) -> Value {
+    let accepted = if v.accepted {
+        condition(
+            "Accepted",
+            true,
+            "Compiled",
+            format!("generation {} is in force", v.generation),
+            v.generation,
+        )
+    } else {
+        let stays = match v.in_force {
+            Some(g) => format!("; generation {g} stays in force"),
+            None => "; no generation of this Rule is in force".into(),
+        };
+        let problems: Vec<&str> = v.problems.iter().map(String::as_str).collect();
+        condition(
+            "Accepted",
+            false,
+            "Invalid",
+            format!(
+                "generation {} is not in force{stays}: {}",
+                v.generation,
+                problems.join("\n")
+            ),
+            v.generation,
+        )
+    };
+    let ready = match running {
+        None => condition(
+            "Ready",
+            false,
+            "NotRunning",
+            "no rule of this Rule runs (none is in force, or this replica is not the leader yet)"
+                .into(),
+            v.generation,
+        ),
+        Some(r) if !r.synced => condition(
+            "Ready",
+            false,
+            "Starting",
+            format!(
+                "waiting for {} to be served and for its watches to list",
+                r.kind.as_deref().unwrap_or("its kind")
+            ),
+            v.generation,
+        ),
+        Some(r) => condition(
+            "Ready",
+            true,
+            "Serving",
+            format!(
+                "serving {} ({} resource(s)) with generation {}",
+                r.kind.as_deref().unwrap_or("its kind"),
+                r.resources.unwrap_or(0),
+                r.generation
+            ),
+            v.generation,
+        ),
+    };
+    let mut status = json!({
+        "observedGeneration": v.generation,
+        "conditions": [accepted, ready],
+        "problems": v.problems,
+    });
+    if let Some(r) = running {
+        if let Some(k) = &r.kind {
+            status["kind"] = json!(k);
+        }
+        status["resources"] = json!(r.resources.unwrap_or(0));
+        if let Some(rev) = r.revision {
+            status["revision"] = json!(rev);
+        }
+        if let Some(ro) = &r.rollout {
+            status["rollout"] = ro.clone();
+        }
+    }
+    status
+}
+
+/// `desired` with each condition's `lastTransitionTime`: kept from `current` when its
+/// status did not change, `now` when it did.
+pub fn with_times(mut desired: Value, current: &Value, now: &str) -> Value {
+    let old = current["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if let Some(conds) = desired["conditions"].as_array_mut() {
+        for c in conds {
+            let kept = old
+                .iter()
+                .find(|o| o["type"] == c["type"] && o["status"] == c["status"])
+                .and_then(|o| o.get("lastTransitionTime").cloned());
+            c["lastTransitionTime"] = kept.unwrap_or_else(|| json!(now));
+        }
+    }
+    desired
+}
+
+/// Writes the status of every Rule that needs it: what the rule book says of each, and
+/// what its running rule shows (only a rule that came from the Rule object counts).
+pub async fn write_all(
+    book: &crate::rules::book::RuleBook,
+    sup: &super::supervisor::Supervisor,
+    objects: &super::objects::RuleObjects,
+    api: &Api<DynamicObject>,
+) {
+    for name in book.object_names() {
+        let Some(v) = book.object_verdict(&name) else {
+            continue;
+        };
+        let running = sup.task(&name).and_then(|t| {
+            let o = t.rule.object.as_ref()?;
+            Some(Running {
+                generation: o.generation,
+                synced: t.synced.load(std::sync::atomic::Ordering::SeqCst),
+                kind: t.info.kind.get().cloned(),
+                resources: t.info.resources(),
+                revision: None,
+                rollout: None,
+            })
+        });
+        let key = kube::runtime::reflector::ObjectRef::new_with(&name, super::objects::resource());
+        let current = objects
+            .store
+            .get(&key)
+            .and_then(|o| o.data.get("status").cloned())
+            .unwrap_or(Value::Null);
+        if let Err(e) = write(api, &name, &current, desired(&v, running.as_ref())).await {
+            tracing::warn!(rule = %name, error = %e, "the Rule's status could not be written; retrying");
+        }
+    }
+}
+
+/// Writes `status` on Rule `name` when it differs from `current`.
+pub async fn write(
+    api: &Api<DynamicObject>,
+    name: &str,
+    current: &Value,
+    desired: Value,
+) -> Result<bool, kube::Error> {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let status = with_times(desired, current, &now);
+    if &status == current {
+        return Ok(false);
+    }
+    // A merge patch replaces what it names: the whole status, lists included.
+    let patch = json!({"status": status});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdict(accepted: bool) -> ObjectVerdict {
+        ObjectVerdict {
+            generation: 3,
+            accepted,
+            in_force: Some(if accepted { 3 } else { 2 }),
+            problems: if accepted {
+                vec![]
+            } else {
+                vec!["spec.children[0].template.spec.replicas: \"3\" is a string".into()]
+            },
+        }
+    }
+
+    #[test]
+    fn a_rule_with_problems_says_which_generation_stays_in_force() {
+        let s = desired(&verdict(false), None);
+        let accepted = &s["conditions"][0];
+        assert_eq!(accepted["status"], "False");
+        let m = accepted["message"].as_str().unwrap();
+        assert!(
+            m.contains("generation 3 is not in force; generation 2 stays in force"),
+            "{m}"
+        );
+        assert!(m.contains("spec.children[0].template.spec.replicas"), "{m}");
+        assert_eq!(s["conditions"][1]["reason"], "NotRunning");
+    }
+
+    #[test]
+    fn times_move_only_when_a_condition_changes() {
+        let running = Running {
+            generation: 3,
+            synced: true,
+            kind: Some("WebSite".into()),
+            resources: Some(2),
+            revision: None,
+            rollout: None,
+        };
+        let first = with_times(desired(&verdict(true), Some(&running)), &json!({}), "T1");
+        assert_eq!(first["kind"], "WebSite");
+        assert_eq!(first["conditions"][1]["status"], "True");
+        let again = with_times(desired(&verdict(true), Some(&running)), &first, "T2");
+        assert_eq!(again, first, "nothing changed: nothing to write");
+        let broken = with_times(desired(&verdict(false), Some(&running)), &first, "T3");
+        assert_eq!(broken["conditions"][0]["lastTransitionTime"], "T3");
+        assert_eq!(broken["conditions"][1]["lastTransitionTime"], "T1");
+    }
+}

@@ -1,0 +1,147 @@
+//! Rules as cluster objects on the real control plane: a Rule applied with kubectl serves
+//! its kind with no restart, says how it stands in its status and `kubectl get rules`, and
+//! a broken edit keeps the last good generation serving while its status says why.
+
+mod common;
+
+use common::{Operator, eventually, get_json, install_crds, kubectl, kubectl_ok, manifest_in};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(60);
+pub const RULE_CRD: &str = "deploy/crds/rules.ruleop.dev.yaml";
+
+/// The shipped WebSite rule as a Rule object named `name`, labelled for this test.
+fn website_rule(name: &str, label: &str) -> Value {
+    let (code, out, err) = common::ruleop_cli(&["rule", "--rules", "rules/website.yaml"], false);
+    assert_eq!(code, 0, "{err}");
+    let doc = out.split("\n---\n").nth(1).expect("one Rule");
+    let mut rule: Value = serde_yaml::from_str(doc).unwrap();
+    rule["metadata"] = json!({"name": name, "labels": {"ruleop.dev/test": label}});
+    rule
+}
+
+fn apply(v: &Value) {
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&serde_json::to_string(v).unwrap()),
+    );
+}
+
+/// The Rule's status once `f` holds of it.
+async fn rule_status(name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    eventually(T, what, || async {
+        let r = get_json("rule", "", name)?;
+        f(&r["status"]).then(|| r["status"].clone())
+    })
+    .await
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == type_))
+        .unwrap_or(&Value::Null)
+}
+
+#[tokio::test]
+async fn a_rule_applied_with_kubectl_serves_and_a_broken_edit_keeps_the_last_good_serving() {
+    let client = common::client().await;
+    install_crds(&[RULE_CRD, "deploy/crds/websites.sre.example.com.yaml"]);
+    let ns = common::namespace(&client, "rule-objects").await;
+    let name = format!("site-{ns}");
+    let selector = format!("ruleop.dev/test={ns}");
+    let op = Operator::start(
+        &ns,
+        &[],
+        &["--rule-objects=true", "--rule-selector", &selector],
+    );
+    // No rules at start: the Rule is applied while ruleop runs.
+    let mut rule = website_rule(&name, &ns);
+    apply(&rule);
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&manifest_in("examples/website.yaml", &ns)),
+    );
+    eventually(T, "the Deployment", || async {
+        let d = get_json("deployment", &ns, "my-blog-web")?;
+        (d["spec"]["replicas"] == 3).then_some(())
+    })
+    .await;
+    let s = rule_status(&name, "Accepted and Ready", |s| {
+        condition(s, "Accepted")["status"] == "True"
+            && condition(s, "Ready")["status"] == "True"
+            && s["resources"] == 1
+    })
+    .await;
+    assert_eq!(s["kind"], "WebSite");
+    assert_eq!(s["observedGeneration"], 1);
+    let table = kubectl_ok(&["get", "rule", &name], None);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "KIND",
+            "REVISION",
+            "RESOURCES",
+            "UPDATED",
+            "READY",
+            "AGE"
+        ]
+    );
+    let row = table.lines().nth(1).unwrap();
+    assert!(row.contains("WebSite") && row.contains("True"), "{table}");
+
+    // A broken edit: stored (no webhook here), not in force; generation 1 keeps serving.
+    rule["spec"]["children"][0]["template"]["spec"]["replicas"] = json!("three");
+    apply(&rule);
+    let s = rule_status(&name, "generation 2 refused", |s| {
+        s["observedGeneration"] == 2 && condition(s, "Accepted")["status"] == "False"
+    })
+    .await;
+    let message = condition(&s, "Accepted")["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.children[0].template.spec.replicas")
+            && message.contains("generation 1 stays in force"),
+        "{message}"
+    );
+    assert_eq!(condition(&s, "Ready")["status"], "True");
+    kubectl_ok(
+        &[
+            "patch",
+            "website",
+            "my-blog",
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"replicas":4}}"#,
+        ],
+        None,
+    );
+    eventually(T, "generation 1 still serves a scale", || async {
+        let d = get_json("deployment", &ns, "my-blog-web")?;
+        (d["spec"]["replicas"] == 4).then_some(())
+    })
+    .await;
+
+    // Fixed: generation 3 in force.
+    rule["spec"]["children"][0]["template"]["spec"]["replicas"] = json!("{{ spec.replicas }}");
+    apply(&rule);
+    rule_status(&name, "generation 3 accepted", |s| {
+        s["observedGeneration"] == 3 && condition(s, "Accepted")["status"] == "True"
+    })
+    .await;
+
+    // Deleted: the rule stops; its children stay, as with a rules file removed.
+    kubectl_ok(&["delete", "rule", &name], None);
+    eventually(T, "the rule stopped", || async {
+        op.logs()
+            .contains("rule removed: stopping its controller")
+            .then_some(())
+    })
+    .await;
+    assert!(get_json("deployment", &ns, "my-blog-web").is_some());
+    let _ = kubectl(&["delete", "namespace", &ns, "--wait=false"], None);
+}
