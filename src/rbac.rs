@@ -203,6 +203,7 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": LEASES},
             {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [INVENTORY], "verbs": ["get", "update"]},
             {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+            {"apiGroups": ["apps"], "resources": ["controllerrevisions"], "verbs": ["create", "delete", "get", "list"]},
         ]}));
     out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": lease, "namespace": t.operator_namespace},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": lease}, "subjects": subject}));

@@ -76,6 +76,18 @@ async fn a_rule_applied_with_kubectl_serves_and_a_broken_edit_keeps_the_last_goo
     .await;
     assert_eq!(s["kind"], "WebSite");
     assert_eq!(s["observedGeneration"], 1);
+    assert_eq!(s["revision"], 1);
+    // Each resource records the revision that reconciled it (`kubectl get -o wide`).
+    eventually(T, "the resource's revision", || async {
+        let w = get_json("website", &ns, "my-blog")?;
+        (w["status"]["ruleRevision"] == 1).then_some(())
+    })
+    .await;
+    let wide = kubectl_ok(
+        &["get", "website", "my-blog", "-n", &ns, "-o", "wide"],
+        None,
+    );
+    assert!(wide.lines().next().unwrap().contains("REVISION"), "{wide}");
     let table = kubectl_ok(&["get", "rule", &name], None);
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
@@ -126,13 +138,45 @@ async fn a_rule_applied_with_kubectl_serves_and_a_broken_edit_keeps_the_last_goo
     })
     .await;
 
-    // Fixed: generation 3 in force.
+    // Fixed, with a new label: generation 3 in force, a new revision (a spec that equals
+    // an earlier one would be that revision again).
     rule["spec"]["children"][0]["template"]["spec"]["replicas"] = json!("{{ spec.replicas }}");
+    rule["spec"]["children"][0]["template"]["metadata"]["labels"]["edition"] = json!("2");
     apply(&rule);
-    rule_status(&name, "generation 3 accepted", |s| {
-        s["observedGeneration"] == 3 && condition(s, "Accepted")["status"] == "True"
+    rule_status(&name, "generation 3 accepted, revision 2", |s| {
+        s["observedGeneration"] == 3
+            && condition(s, "Accepted")["status"] == "True"
+            && s["revision"] == 2
     })
     .await;
+    eventually(T, "the resource on revision 2", || async {
+        let w = get_json("website", &ns, "my-blog")?;
+        (w["status"]["ruleRevision"] == 2).then_some(())
+    })
+    .await;
+    // Both revisions kept, owned by the Rule.
+    let revisions = kubectl_ok(
+        &[
+            "get",
+            "controllerrevisions",
+            "-n",
+            "default",
+            "-l",
+            &format!("ruleop.dev/rule={name}"),
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    let revisions: Value = serde_json::from_str(&revisions).unwrap();
+    let mut numbers: Vec<i64> = revisions["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["revision"].as_i64().unwrap())
+        .collect();
+    numbers.sort();
+    assert_eq!(numbers, [1, 2]);
 
     // Deleted: the rule stops; its children stay, as with a rules file removed.
     kubectl_ok(&["delete", "rule", &name], None);

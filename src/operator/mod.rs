@@ -15,6 +15,7 @@ pub mod crds;
 pub mod inventory;
 pub mod objects;
 pub mod reload;
+pub mod revisions;
 pub mod rule_status;
 pub mod runner;
 pub mod supervisor;

@@ -144,7 +144,7 @@ pub async fn write_all(
                 synced: t.synced.load(std::sync::atomic::Ordering::SeqCst),
                 kind: t.info.kind.get().cloned(),
                 resources: t.info.resources(),
-                revision: None,
+                revision: t.info.revision.get().copied(),
                 rollout: None,
             })
         });

@@ -7,7 +7,9 @@ use crate::cache::cached::Cached;
 use crate::cache::discovery::{self, Resolved};
 use crate::cache::watches::{SyncTracker, WatchScope, child_watch, existing_watch, parent_watch};
 use crate::events::EventQueue;
-use crate::reconcile::{Ctx, KindTable, Kinds, Listed, Process, Records, error_policy, reconcile};
+use crate::reconcile::{
+    Ctx, KindTable, Kinds, Listed, Process, Records, Router, error_policy, reconcile,
+};
 use crate::rules::CompiledRule;
 use futures::StreamExt;
 use kube::runtime::controller::{Config, Controller};
@@ -67,6 +69,8 @@ pub struct RuleInfo {
     pub kind: std::sync::OnceLock<String>,
     /// One record per custom resource, once the rule runs.
     records: std::sync::OnceLock<Arc<Records<crate::reconcile::outcome::Sent>>>,
+    /// The revision of a Rule object's rule, once recorded.
+    pub revision: std::sync::OnceLock<i64>,
 }
 
 impl RuleInfo {
@@ -223,6 +227,36 @@ async fn distinct_kinds<'a>(
     Some((kinds, index))
 }
 
+/// The revisions of a Rule object's rule, its own recorded; retried until it is, or the
+/// rule is stopped (None).
+async fn recorded(
+    client: &Client,
+    opts: &Options,
+    rule: &CompiledRule,
+    stop: &watch::Receiver<bool>,
+) -> Option<super::revisions::History> {
+    // A rollout's previous revision is kept whatever the history limit.
+    let keep: Vec<i64> = rule
+        .object
+        .as_ref()
+        .and_then(|o| o.rollout.as_ref())
+        .and_then(|r| r["from"].as_i64())
+        .into_iter()
+        .collect();
+    loop {
+        match super::revisions::ensure(client, &opts.state_namespace, rule, &keep).await {
+            Ok(h) => return Some(h),
+            Err(e) => {
+                tracing::warn!(error = %e, namespace = %opts.state_namespace, "the Rule's revisions cannot be read or recorded (ControllerRevisions in the operator's namespace); retrying")
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = stopped(stop.clone()) => return None,
+        }
+    }
+}
+
 /// The controller's settings: at most `concurrency` reconciles of the rule at once (and
 /// never two of one resource).
 fn controller_config(concurrency: u16) -> Config {
@@ -314,6 +348,18 @@ async fn run(
             allowed
         }
     };
+    // A Rule object's spec is a revision: found, or recorded as the next one.
+    let history = match rule.object {
+        Some(_) => match recorded(&client, &opts, &rule, &stop).await {
+            Some(h) => Some(h),
+            None => return,
+        },
+        None => None,
+    };
+    let revision = history.as_ref().map(|h| h.current);
+    if let Some(r) = revision {
+        let _ = info.revision.set(r);
+    }
     // Kinds the rule no longer makes are cleaned up beside the controller, until done.
     let _cleanup = AbortOnDrop(tokio::spawn(
         inventory::retire(
@@ -432,13 +478,14 @@ async fn run(
             prune: allowed.prune,
         },
         records,
-        events,
+        events: Arc::new(events),
         status_schema: Default::default(),
+        revision,
     });
 
     tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, "rule started");
     controller
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, Arc::new(Router::one(ctx)))
         .for_each(|res| async move {
             // Reconcile failures are logged by error_policy; the rest are the queue's own.
             if let Err(e) = res

@@ -35,18 +35,40 @@ pub struct Process {
 
 /// Each of a rule's children (or existing objects) with its kind; children of one kind
 /// share it. Made only by [`KindTable::new`], which keeps every child's index in range.
+/// The revisions of one Rule share the kinds (their union), each with its own children.
 pub struct KindTable<K> {
-    distinct: Vec<K>,
+    distinct: Arc<Vec<K>>,
     of: Vec<usize>,
+}
+
+impl<K> Clone for KindTable<K> {
+    fn clone(&self) -> Self {
+        KindTable {
+            distinct: self.distinct.clone(),
+            of: self.of.clone(),
+        }
+    }
 }
 
 impl<K> KindTable<K> {
     /// The distinct kinds, and for each child (in rule order) its index among them; None
     /// when an index is out of range.
     pub fn new(distinct: Vec<K>, of: Vec<usize>) -> Option<KindTable<K>> {
+        of.iter().all(|&i| i < distinct.len()).then_some(KindTable {
+            distinct: Arc::new(distinct),
+            of,
+        })
+    }
+
+    /// The same kinds for other children (another revision's); None when an index is out
+    /// of range.
+    pub fn with_children(&self, of: Vec<usize>) -> Option<KindTable<K>> {
         of.iter()
-            .all(|&i| i < distinct.len())
-            .then_some(KindTable { distinct, of })
+            .all(|&i| i < self.distinct.len())
+            .then(|| KindTable {
+                distinct: self.distinct.clone(),
+                of,
+            })
     }
 
     /// The kind of child `i`, and its index among the distinct kinds.
@@ -65,6 +87,7 @@ impl<K> KindTable<K> {
 /// rule started, for a watch that cannot list: its refusal is then reported), a missing
 /// child may only be missing from the cache, and reconciles wait. Nothing is deleted on
 /// the strength of a watch that has not listed, whatever the wait: see [`Listed::children`].
+#[derive(Clone)]
 pub struct Listed {
     tracker: Arc<SyncTracker>,
     started: Instant,
@@ -106,6 +129,7 @@ impl Listed {
 }
 
 /// The kinds one rule reads and writes, each resolved by discovery and cached.
+#[derive(Clone)]
 pub struct Kinds {
     /// The watched kind.
     pub parent: Resolved,
@@ -125,9 +149,51 @@ pub struct Ctx {
     /// One record per custom resource.
     pub records: Arc<Records<Sent>>,
     /// Where Events go (a bounded queue to the rule's publishing task).
-    pub events: EventQueue,
+    pub events: Arc<EventQueue>,
     /// The status fields the kind's schema drops, learned from our writes.
-    pub status_schema: StatusSchema,
+    pub status_schema: Arc<StatusSchema>,
+    /// The revision of the Rule object this rule is (written in each resource's status
+    /// as `ruleRevision`); None for a rule from a file.
+    pub revision: Option<i64>,
+}
+
+/// Which revision of a Rule renders a custom resource (a rollout's progress, a pin).
+pub trait Choose: Send + Sync {
+    /// The revision for `cr`; None: the newest.
+    fn revision(&self, cr: &kube::api::DynamicObject) -> Option<i64>;
+}
+
+/// The contexts of a rule's revisions, and which one each custom resource gets. A rule
+/// from a file has one.
+pub struct Router {
+    /// The newest revision's (the rule in force).
+    pub newest: Arc<Ctx>,
+    /// Other revisions kept loaded (a rollout's previous one, pinned ones), by number.
+    pub others: std::collections::BTreeMap<i64, Arc<Ctx>>,
+    pub choose: Option<Arc<dyn Choose>>,
+}
+
+impl Router {
+    /// One context, for every resource.
+    pub fn one(ctx: Arc<Ctx>) -> Router {
+        Router {
+            newest: ctx,
+            others: Default::default(),
+            choose: None,
+        }
+    }
+
+    /// The context that reconciles `cr`.
+    pub fn pick(&self, cr: &kube::api::DynamicObject) -> Arc<Ctx> {
+        let chosen = self.choose.as_ref().and_then(|c| c.revision(cr));
+        match chosen {
+            Some(r) if Some(r) != self.newest.revision => match self.others.get(&r) {
+                Some(ctx) => ctx.clone(),
+                None => self.newest.clone(),
+            },
+            _ => self.newest.clone(),
+        }
+    }
 }
 
 impl Ctx {

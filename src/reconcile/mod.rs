@@ -23,7 +23,7 @@ pub mod record;
 pub mod report;
 pub mod status_write;
 
-pub use ctx::{Ctx, KindTable, Kinds, Listed, Process};
+pub use ctx::{Choose, Ctx, KindTable, Kinds, Listed, Process, Router};
 pub use outcome::ReconcileError;
 pub use record::Records;
 
@@ -52,7 +52,9 @@ const RETRY_INVALID: Duration = Duration::from_secs(300);
 const SAY_RETRYING_AFTER: u32 = 4;
 
 /// Called by the controller when [`reconcile`] fails.
-pub fn error_policy(cr: Arc<Cached>, err: &ReconcileError, ctx: Arc<Ctx>) -> Action {
+pub fn error_policy(cr: Arc<Cached>, err: &ReconcileError, router: Arc<Router>) -> Action {
+    // The revisions of a rule share its records and metrics.
+    let ctx = &router.newest;
     ctx.process.metrics.error(&ctx.rule.name, err.category());
     let n = ctx.records.count_failure(&ResourceId::of(&*cr));
     let delay = backoff(n - 1);
@@ -64,8 +66,9 @@ pub fn error_policy(cr: Arc<Cached>, err: &ReconcileError, ctx: Arc<Ctx>) -> Act
 /// each reconcile on a task of its own and takes a panic there for its own end (the rule's
 /// controller would stop); a panic (a bug in ruleop) is caught here instead and becomes an
 /// error of this resource alone, retried with backoff.
-pub async fn reconcile(cached: Arc<Cached>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+pub async fn reconcile(cached: Arc<Cached>, router: Arc<Router>) -> Result<Action, ReconcileError> {
     let cr = Arc::new(cached.object().map_err(ReconcileError::Decode)?);
+    let ctx = router.pick(&cr);
     AssertUnwindSafe(reconcile_object(cr, ctx))
         .catch_unwind()
         .await

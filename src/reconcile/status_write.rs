@@ -48,7 +48,12 @@ fn desired_status(
         // Keep what was there: nothing can be computed for a resource that does not render.
         out.extend(
             old.iter()
-                .filter(|(k, _)| *k != "conditions" && *k != "observedGeneration")
+                .filter(|(k, _)| {
+                    !matches!(
+                        k.as_str(),
+                        "conditions" | "observedGeneration" | "ruleRevision"
+                    )
+                })
                 .map(|(k, v)| (k.clone(), v.clone())),
         );
     }
@@ -77,6 +82,9 @@ fn desired_status(
     );
     if let Some(g) = generation {
         out.insert("observedGeneration".into(), json!(g));
+    }
+    if let Some(r) = ctx.revision {
+        out.insert("ruleRevision".into(), json!(r));
     }
     Value::Object(out)
 }

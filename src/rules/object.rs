@@ -75,6 +75,7 @@ pub fn load_object(obj: &Value) -> ObjectLoad {
         });
         return load;
     };
+    let given = Arc::new(Value::Object(spec.clone()));
     let mut spec = spec.clone();
     match spec.get("name") {
         None => {
@@ -120,6 +121,8 @@ pub fn load_object(obj: &Value) -> ObjectLoad {
             r.object = Some(ObjectSource {
                 uid: load.uid.clone(),
                 generation: load.generation,
+                spec: given,
+                rollout: obj.pointer("/status/rollout").cloned(),
             });
         }
         load.rule = Some(rule);
@@ -243,13 +246,9 @@ mod tests {
         assert!(load.problems.is_empty(), "{:?}", load.problems);
         let r = load.rule.unwrap();
         assert_eq!(r.name, "web");
-        assert_eq!(
-            r.object,
-            Some(ObjectSource {
-                uid: "u-1".into(),
-                generation: 3
-            })
-        );
+        let o = r.object.as_ref().unwrap();
+        assert_eq!((o.uid.as_str(), o.generation), ("u-1", 3));
+        assert_eq!(*o.spec, deployment(json!(2)));
         assert_eq!(r.at.file, source_path("web"));
     }
 

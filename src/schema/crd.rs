@@ -69,6 +69,7 @@ fn status_schema(k: &KindSpec<'_>) -> Result<Value, Vec<SchemaProblem>> {
         return Err(problems);
     }
     props.insert("observedGeneration".into(), json!({"description": "ObservedGeneration is the generation the status was computed for", "format": "int64", "type": "integer"}));
+    props.insert("ruleRevision".into(), json!({"description": "RuleRevision is the revision of the ruleop Rule that last reconciled this resource (Rule objects only)", "format": "int64", "type": "integer"}));
     props.insert("conditions".into(), conditions(&s.kind));
     let mut out = json!({"type": "object", "properties": props});
     if let Some(d) = &s.status_description {
@@ -77,8 +78,21 @@ fn status_schema(k: &KindSpec<'_>) -> Result<Value, Vec<SchemaProblem>> {
     Ok(out)
 }
 
-/// The printer columns: as declared, or one per exported scalar status field, and Age.
+/// The column of the Rule revision a resource was last reconciled with: with `-o wide`
+/// only, so `kubectl get` shows what it always showed.
+fn revision_column() -> Value {
+    json!({"name": "Revision", "type": "integer", "jsonPath": ".status.ruleRevision", "priority": 1})
+}
+
+/// The printer columns: as declared, or one per exported scalar status field, and Age;
+/// then the Rule revision (`-o wide`).
 fn columns(k: &KindSpec<'_>) -> Vec<Value> {
+    let mut out = declared_or_status_columns(k);
+    out.push(revision_column());
+    out
+}
+
+fn declared_or_status_columns(k: &KindSpec<'_>) -> Vec<Value> {
     let s = k.schema;
     if !s.printer_columns.is_empty() {
         return s

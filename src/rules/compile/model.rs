@@ -48,6 +48,10 @@ pub struct CompiledRule {
 pub struct ObjectSource {
     pub uid: String,
     pub generation: i64,
+    /// Its `spec`, as the Rule holds it (kept as a revision).
+    pub spec: Arc<Value>,
+    /// Its `status.rollout` when it was loaded (where a rollout stood).
+    pub rollout: Option<Value>,
 }
 
 /// One child template.

@@ -47,7 +47,8 @@ fn without_declared_columns_each_scalar_status_field_gets_one() {
     assert_eq!(
         v["additionalPrinterColumns"],
         json!([{"name": "Ready", "type": "boolean", "jsonPath": ".status.ready"},
-               {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}])
+               {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+               {"name": "Revision", "type": "integer", "jsonPath": ".status.ruleRevision", "priority": 1}])
     );
     let root = &v["schema"]["openAPIV3Schema"];
     assert_eq!(

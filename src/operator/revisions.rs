@@ -1,0 +1,180 @@
+//! The revisions of a Rule object: each spec it has run kept as an immutable
+//! ControllerRevision (as StatefulSets and DaemonSets keep theirs) in ruleop's namespace,
+//! numbered in the order they first ran, owned by the Rule (they go with it), at most
+//! `revisionHistoryLimit` of them besides those in use.
+
+use crate::rules::CompiledRule;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The label naming a revision's rule.
+pub const RULE_LABEL: &str = "ruleop.dev/rule";
+/// The annotation holding a revision's fingerprint (the rule's, as compiled).
+pub const FINGERPRINT: &str = "ruleop.dev/fingerprint";
+
+/// One revision of a Rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Revision {
+    pub number: i64,
+    pub fingerprint: String,
+    /// The Rule's `spec` of that revision.
+    pub spec: Value,
+}
+
+/// A Rule's revisions: the one of its spec now, and every one kept, by number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct History {
+    pub current: i64,
+    pub kept: BTreeMap<i64, Revision>,
+}
+
+fn revision_of(cr: &ControllerRevision) -> Revision {
+    Revision {
+        number: cr.revision,
+        fingerprint: cr
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(FINGERPRINT).cloned())
+            .unwrap_or_default(),
+        spec: cr
+            .data
+            .as_ref()
+            .map(|d| d.0["spec"].clone())
+            .unwrap_or_default(),
+    }
+}
+
+fn owned_by(cr: &ControllerRevision, uid: &str) -> bool {
+    cr.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == uid)
+}
+
+/// Finds the revision of `rule`'s spec (a Rule object's), or records it as the next one;
+/// then deletes the oldest past its history limit, never one of `keep`.
+pub async fn ensure(
+    client: &kube::Client,
+    namespace: &str,
+    rule: &CompiledRule,
+    keep: &[i64],
+) -> Result<History, kube::Error> {
+    let Some(object) = &rule.object else {
+        return Ok(History {
+            current: 0,
+            kept: BTreeMap::new(),
+        });
+    };
+    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), namespace);
+    let lp = ListParams::default().labels(&format!("{RULE_LABEL}={}", rule.name));
+    // Revisions of an earlier Rule of this name (deleted, its revisions not collected
+    // yet) are not this one's.
+    let mine: Vec<ControllerRevision> = api
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .filter(|c| owned_by(c, &object.uid))
+        .collect();
+    let found = mine
+        .iter()
+        .map(revision_of)
+        .find(|r| r.fingerprint == rule.fingerprint);
+    let current = match found {
+        Some(r) => r.number,
+        None => {
+            let next = mine.iter().map(|c| c.revision).max().unwrap_or(0) + 1;
+            let made = api
+                .create(
+                    &PostParams::default(),
+                    &new_revision(rule, object, namespace, next),
+                )
+                .await?;
+            tracing::info!(rule = %rule.name, revision = next, fingerprint = %rule.fingerprint, "new revision");
+            return finish(&api, rule, made, mine, keep).await;
+        }
+    };
+    let kept = prune(&api, rule, mine, current, keep).await;
+    Ok(History { current, kept })
+}
+
+/// The history once revision `made` was created.
+async fn finish(
+    api: &Api<ControllerRevision>,
+    rule: &CompiledRule,
+    made: ControllerRevision,
+    mut mine: Vec<ControllerRevision>,
+    keep: &[i64],
+) -> Result<History, kube::Error> {
+    let current = made.revision;
+    mine.push(made);
+    let kept = prune(api, rule, mine, current, keep).await;
+    Ok(History { current, kept })
+}
+
+fn new_revision(
+    rule: &CompiledRule,
+    object: &crate::rules::compile::ObjectSource,
+    namespace: &str,
+    number: i64,
+) -> ControllerRevision {
+    let fp: String = rule.fingerprint.chars().take(10).collect();
+    ControllerRevision {
+        metadata: ObjectMeta {
+            name: Some(format!("{}-{fp}", rule.name)),
+            namespace: Some(namespace.to_string()),
+            labels: Some([(RULE_LABEL.to_string(), rule.name.clone())].into()),
+            annotations: Some([(FINGERPRINT.to_string(), rule.fingerprint.clone())].into()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: crate::rules::object::api_version(),
+                kind: crate::rules::object::KIND.into(),
+                name: rule.name.clone(),
+                uid: object.uid.clone(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        data: Some(RawExtension(serde_json::json!({"spec": &*object.spec}))),
+        revision: number,
+    }
+}
+
+/// Deletes the revisions past the rule's history limit (the oldest first), never the
+/// current one or one of `keep`; gives those left.
+async fn prune(
+    api: &Api<ControllerRevision>,
+    rule: &CompiledRule,
+    mut mine: Vec<ControllerRevision>,
+    current: i64,
+    keep: &[i64],
+) -> BTreeMap<i64, Revision> {
+    mine.sort_by_key(|c| std::cmp::Reverse(c.revision));
+    let mut kept = BTreeMap::new();
+    for (i, c) in mine.into_iter().enumerate() {
+        let wanted =
+            i < rule.history_limit.max(1) || c.revision == current || keep.contains(&c.revision);
+        if wanted {
+            kept.insert(c.revision, revision_of(&c));
+            continue;
+        }
+        let name = c.metadata.name.clone().unwrap_or_default();
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: c.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        if let Err(e) = api.delete(&name, &dp).await {
+            tracing::warn!(rule = %rule.name, revision = c.revision, error = %e, "an old revision could not be deleted; kept until the next change");
+            kept.insert(c.revision, revision_of(&c));
+        }
+    }
+    kept
+}
