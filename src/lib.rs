@@ -20,6 +20,7 @@ pub mod operator;
 pub mod rbac;
 pub mod reconcile;
 pub mod render;
+pub mod rollout;
 pub mod rules;
 pub mod ruletest;
 pub mod schema;

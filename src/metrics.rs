@@ -15,6 +15,12 @@ pub struct RuleLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RevisionLabels {
+    pub rule: String,
+    pub revision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub rule: String,
     /// One of: render, apply_refused, forbidden, not_owned, cluster_scoped,
@@ -42,6 +48,12 @@ pub struct Metrics {
     pub retired_kinds_pending: Family<RuleLabels, Gauge>,
     /// 1 while a rule waits because the cluster has seen a newer version of it.
     pub rule_older: Family<RuleLabels, Gauge>,
+    /// 1 for the revision of each Rule object's rule in force.
+    pub rule_info: Family<RevisionLabels, Gauge>,
+    /// The step a Rule's rollout is at (from 1; 0 when none runs) and how many of its
+    /// resources are Ready on the new revision.
+    pub rollout_step: Family<RuleLabels, Gauge>,
+    pub rollout_updated: Family<RuleLabels, Gauge>,
     pub rule_load_failures: Counter,
     pub rule_load_errors: Gauge,
     pub rules_running: Gauge,
@@ -69,6 +81,9 @@ impl Default for Metrics {
         let slow_writes = Family::<RuleLabels, Counter>::default();
         let retired_kinds_pending = Family::<RuleLabels, Gauge>::default();
         let rule_older = Family::<RuleLabels, Gauge>::default();
+        let rule_info = Family::<RevisionLabels, Gauge>::default();
+        let rollout_step = Family::<RuleLabels, Gauge>::default();
+        let rollout_updated = Family::<RuleLabels, Gauge>::default();
         let rule_load_failures = Counter::default();
         let rule_load_errors = Gauge::default();
         let rules_running = Gauge::default();
@@ -129,6 +144,21 @@ impl Default for Metrics {
             rule_older.clone(),
         );
         registry.register(
+            "rule_info",
+            "1 for the revision in force of each rule from a Rule object",
+            rule_info.clone(),
+        );
+        registry.register(
+            "rollout_step",
+            "The step a rule's rollout is at (from 1); 0 when none runs",
+            rollout_step.clone(),
+        );
+        registry.register(
+            "rollout_updated",
+            "Resources Ready on the revision a rule's rollout brings",
+            rollout_updated.clone(),
+        );
+        registry.register(
             "events_dropped",
             "Events not published because the rule's event queue was full",
             events_dropped.clone(),
@@ -163,6 +193,9 @@ impl Default for Metrics {
             slow_writes,
             retired_kinds_pending,
             rule_older,
+            rule_info,
+            rollout_step,
+            rollout_updated,
             rule_load_failures,
             rule_load_errors,
             rules_running,

@@ -192,7 +192,7 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
     let rule_objects = format!("{}-rules", t.name);
     out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": rule_objects},
         "rules": [
-            {"apiGroups": [crate::rules::object::GROUP], "resources": [crate::rules::object::PLURAL], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [crate::rules::object::GROUP], "resources": [crate::rules::object::PLURAL], "verbs": ["get", "list", "patch", "watch"]},
             {"apiGroups": [crate::rules::object::GROUP], "resources": [format!("{}/status", crate::rules::object::PLURAL)], "verbs": ["patch"]},
         ]}));
     out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": rule_objects},

@@ -20,6 +20,7 @@ const LAYERS: &[&str] = &[
     "render",
     "apply",
     "status",
+    "rollout",
     "ruletest",
     "cache",
     "events",

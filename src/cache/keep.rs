@@ -150,6 +150,16 @@ fn read_freely(rule: &CompiledRule, ix: usize) -> bool {
     path_reads || expr_reads
 }
 
+/// What to keep of the objects of `api_version`/`kind` any of `rules` makes (the
+/// revisions of one rule that render its resources at once, in a rollout).
+pub fn for_rules(rules: &[&CompiledRule], api_version: &str, kind: &str) -> Keep {
+    rules
+        .iter()
+        .map(|r| for_kind(r, api_version, kind))
+        .reduce(Keep::union)
+        .unwrap_or(Keep::All)
+}
+
 /// What to keep of the objects of `api_version`/`kind` the rule makes (of the object's
 /// content besides `apiVersion`, `kind` and `metadata`).
 pub fn for_kind(rule: &CompiledRule, api_version: &str, kind: &str) -> Keep {

@@ -131,10 +131,11 @@ pub fn parent_watch(
 /// The watch of one child kind `k` (the rule's label selects its children), cached with
 /// only what reconcile, status and pruning read of each, and indexed by owner; `follow`
 /// sees each event first (a child gone takes what was written to it along).
+/// `rules`: the revisions of one rule that render its resources (the first in force).
 pub fn child_watch(
     client: &Client,
     scope: &WatchScope,
-    rule: &CompiledRule,
+    rules: &[&CompiledRule],
     k: &Resolved,
     sync: Arc<SyncTracker>,
     watch_index: usize,
@@ -149,14 +150,15 @@ pub fn child_watch(
         resolved: k.clone(),
         store: writer.as_reader(),
         owners: owners.clone(),
-        keep: Arc::new(keep::for_kind(
-            rule,
+        keep: Arc::new(keep::for_rules(
+            rules,
             &k.resource.api_version,
             &k.resource.kind,
         )),
     };
     let keep = child.keep.clone();
-    let selector = format!("{RULE_LABEL}={}", rule.name);
+    let name = rules.first().map(|r| r.name.as_str()).unwrap_or_default();
+    let selector = format!("{RULE_LABEL}={name}");
     let api = scoped(client, &k.resource, scope.namespace.as_deref());
     let config = watcher::Config::default()
         .labels(&selector)

@@ -177,6 +177,18 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         events: args.events,
         resync: Duration::from_secs(args.resync_seconds),
     });
+    // The Rule objects, read before the first rules are put in force (a cluster without
+    // the Rule kind never lists: files alone, after a short wait).
+    let mut objects = args.rule_objects.then(|| {
+        objects::RuleObjects::start(process.client.clone(), args.rule_selector.as_deref())
+    });
+    if let Some(o) = &objects
+        && !o.ready(Duration::from_secs(5)).await
+    {
+        tracing::warn!(
+            "Rule objects not listed yet: starting with the rules files; Rules join when they list"
+        );
+    }
     let opts = Options {
         process: process.clone(),
         concurrency: args.concurrency,
@@ -194,19 +206,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         install_crds: args.install_crds,
         event_pace: client::limiter::Pace::new(args.event_qps, 100),
         event_quiet: Some(busy),
+        rules: objects.as_ref().map(|o| o.store.clone()),
     };
-    // The Rule objects, read before the first rules are put in force (a cluster without
-    // the Rule kind never lists: files alone, after a short wait).
-    let mut objects = args.rule_objects.then(|| {
-        objects::RuleObjects::start(process.client.clone(), args.rule_selector.as_deref())
-    });
-    if let Some(o) = &objects
-        && !o.ready(Duration::from_secs(5)).await
-    {
-        tracing::warn!(
-            "Rule objects not listed yet: starting with the rules files; Rules join when they list"
-        );
-    }
     let rule_api: kube::Api<kube::api::DynamicObject> =
         kube::Api::all_with(process.client.clone(), &objects::resource());
     refresh(&mut book, objects.as_ref());

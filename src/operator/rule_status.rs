@@ -145,7 +145,7 @@ pub async fn write_all(
                 kind: t.info.kind.get().cloned(),
                 resources: t.info.resources(),
                 revision: t.info.revision.get().copied(),
-                rollout: None,
+                rollout: t.info.rollout(),
             })
         });
         let key = kube::runtime::reflector::ObjectRef::new_with(&name, super::objects::resource());

@@ -3,8 +3,13 @@
 //! label-selected, cached watch ([`crate::cache::watches`]). Stops gracefully when told to.
 
 use super::inventory;
+use discover::{distinct_kinds, stopped, wait_for};
+
+mod discover;
+mod loaded;
+mod rollout;
 use crate::cache::cached::Cached;
-use crate::cache::discovery::{self, Resolved};
+use crate::cache::discovery;
 use crate::cache::watches::{SyncTracker, WatchScope, child_watch, existing_watch, parent_watch};
 use crate::events::EventQueue;
 use crate::reconcile::{
@@ -47,6 +52,8 @@ pub struct Options {
     /// ruleop's converging requests in flight: an Event waits (at most a second) for a
     /// moment with none before it is published. None: Events do not wait.
     pub event_quiet: Option<Arc<crate::client::busy::Busy>>,
+    /// The Rule objects' cache (a rollout reads its Rule's `ruleop.dev/rollout`).
+    pub rules: Option<kube::runtime::reflector::Store<kube::api::DynamicObject>>,
 }
 
 /// How long a stopping rule waits for its in-flight reconciles.
@@ -71,9 +78,21 @@ pub struct RuleInfo {
     records: std::sync::OnceLock<Arc<Records<crate::reconcile::outcome::Sent>>>,
     /// The revision of a Rule object's rule, once recorded.
     pub revision: std::sync::OnceLock<i64>,
+    /// Where its rollout stands (as the Rule's `status.rollout`).
+    rollout: std::sync::Mutex<Option<serde_json::Value>>,
 }
 
 impl RuleInfo {
+    pub fn set_rollout(&self, v: Option<serde_json::Value>) {
+        if let Ok(mut r) = self.rollout.lock() {
+            *r = v;
+        }
+    }
+
+    pub fn rollout(&self) -> Option<serde_json::Value> {
+        self.rollout.lock().ok().and_then(|r| r.clone())
+    }
+
     /// How many custom resources the rule serves, once it runs.
     pub fn resources(&self) -> Option<usize> {
         self.records.get().map(|r| r.len())
@@ -158,75 +177,6 @@ impl kube::runtime::utils::Backoff for BriefPause {
     fn reset(&mut self) {}
 }
 
-async fn stopped(mut rx: watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
-}
-
-/// Retries `f` until it finds the kind, or the rule is stopped (None).
-async fn wait_for<F, Fut>(
-    what: &str,
-    retry: Duration,
-    stop: &watch::Receiver<bool>,
-    mut f: F,
-) -> Option<Resolved>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<Resolved>, discovery::DiscoveryError>>,
-{
-    let mut told = false;
-    loop {
-        match f().await {
-            Ok(Some(r)) => return Some(r),
-            Ok(None) if !told => {
-                tracing::warn!(kind = %what, "kind not served by the API server (CRD not installed?); waiting for it");
-                told = true;
-            }
-            Ok(None) => {}
-            Err(e) => tracing::warn!(kind = %what, error = %e, "discovery failed; retrying"),
-        }
-        if *stop.borrow() {
-            return None;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(retry) => {}
-            _ = stopped(stop.clone()) => return None,
-        }
-    }
-}
-
-/// Resolves the distinct kinds among `wanted` (apiVersion, kind); gives them and, for
-/// each of `wanted`, its index among them (a [`KindTable`]'s parts). None when the rule is
-/// stopped meanwhile.
-async fn distinct_kinds<'a>(
-    client: &Client,
-    opts: &Options,
-    stop: &watch::Receiver<bool>,
-    wanted: impl Iterator<Item = (&'a str, &'a str)>,
-) -> Option<(Vec<Resolved>, Vec<usize>)> {
-    let mut kinds: Vec<Resolved> = Vec::new();
-    let mut index = Vec::new();
-    for (api_version, kind) in wanted {
-        let known = kinds
-            .iter()
-            .position(|k| k.resource.api_version == api_version && k.resource.kind == kind);
-        let idx = match known {
-            Some(i) => i,
-            None => {
-                let what = format!("{api_version} {kind}");
-                let (group, version) = crate::schema::kinds::group_version(api_version);
-                let r = wait_for(&what, opts.discovery_retry, stop, || {
-                    discovery::child(client, group, version, kind)
-                })
-                .await?;
-                kinds.push(r);
-                kinds.len() - 1
-            }
-        };
-        index.push(idx);
-    }
-    Some((kinds, index))
-}
-
 /// The revisions of a Rule object's rule, its own recorded; retried until it is, or the
 /// rule is stopped (None).
 async fn recorded(
@@ -255,6 +205,33 @@ async fn recorded(
             _ = stopped(stop.clone()) => return None,
         }
     }
+}
+
+/// The (apiVersion, kind) of every child, then of every existing object, of the
+/// revisions, in order.
+fn wanted(loaded: &[loaded::Loaded]) -> (Vec<(String, String)>, Vec<(String, String)>) {
+    let children = loaded
+        .iter()
+        .flat_map(|l| l.rule.children.iter())
+        .map(|c| (c.api_version.clone(), c.kind.clone()))
+        .collect();
+    let existing = loaded
+        .iter()
+        .flat_map(|l| l.rule.existing.iter())
+        .map(|e| (e.api_version.clone(), e.kind.clone()))
+        .collect();
+    (children, existing)
+}
+
+fn now() -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::now()
+}
+
+/// A channel's receiving end as a stream (each `()` asks to reconcile every resource).
+fn tokio_stream_of(
+    mut rx: tokio::sync::mpsc::Receiver<()>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
 /// The controller's settings: at most `concurrency` reconciles of the rule at once (and
@@ -373,18 +350,23 @@ async fn run(
         )
         .in_current_span(),
     ));
-    // The distinct child kinds and existing kinds, each resolved by discovery.
-    let wanted = rule
-        .children
-        .iter()
-        .map(|c| (c.api_version.as_str(), c.kind.as_str()));
+    // The revisions that render resources (the newest; in a rollout, the previous one),
+    // and where the rollout stands.
+    let progress = history.as_ref().and_then(|h| {
+        let saved = crate::rollout::Progress::from_status(
+            rule.object.as_ref().and_then(|o| o.rollout.as_ref()),
+        );
+        let previous = h.kept.keys().copied().filter(|n| *n < h.current).max();
+        crate::rollout::start(saved, h.current, previous, rule.rollout.as_ref(), now())
+    });
+    let loaded = loaded::revisions(&rule, history.as_ref(), progress.as_ref());
+    // The distinct child kinds and existing kinds of them all, each resolved by discovery.
+    let (wanted_children, wanted_existing) = wanted(&loaded);
+    let wanted = wanted_children.iter().map(|(a, k)| (a.as_str(), k.as_str()));
     let Some((kinds, child_kind)) = distinct_kinds(&client, &opts, &stop, wanted).await else {
         return;
     };
-    let wanted = rule
-        .existing
-        .iter()
-        .map(|e| (e.api_version.as_str(), e.kind.as_str()));
+    let wanted = wanted_existing.iter().map(|(a, k)| (a.as_str(), k.as_str()));
     let Some((existing_kinds, existing_kind)) = distinct_kinds(&client, &opts, &stop, wanted).await
     else {
         return;
@@ -407,6 +389,7 @@ async fn run(
         &sync,
         Box::new(move |ev| follow.follow_resource(ev)),
     );
+    let (reconcile_all, all) = tokio::sync::mpsc::channel::<()>(1);
 
     let mut controller = Controller::for_stream_with(
         parent_stream,
@@ -415,14 +398,16 @@ async fn run(
     )
     .with_config(controller_config(opts.concurrency))
     .trigger_backoff(BriefPause)
-    .graceful_shutdown_on(stopped(stop.clone()));
+    .graceful_shutdown_on(stopped(stop.clone()))
+    .reconcile_all_on(tokio_stream_of(all));
 
+    let rules: Vec<&CompiledRule> = loaded.iter().map(|l| &*l.rule).collect();
     let mut child_kinds = Vec::new();
     for (i, k) in kinds.iter().enumerate() {
         let (follow, ar) = (records.clone(), k.resource.clone());
         let follow = Box::new(move |ev: &_| follow.follow_child(&ar, ev));
         let (stream, child) =
-            child_watch(&client, &opts.scope, &rule, k, sync.clone(), i + 1, follow);
+            child_watch(&client, &opts.scope, &rules, k, sync.clone(), i + 1, follow);
         controller = controller.owns_stream_with(stream, k.resource.clone());
         child_kinds.push(child);
     }
@@ -450,42 +435,103 @@ async fn run(
     }
 
     let (Some(children), Some(existing)) = (
-        KindTable::new(child_kinds, child_kind),
-        KindTable::new(existing, existing_kind),
+        KindTable::new(child_kinds, Vec::new()),
+        KindTable::new(existing, Vec::new()),
     ) else {
-        tracing::error!(
-            "a child's kind is missing from the rule's kinds (a bug in ruleop); rule not started"
-        );
         return;
     };
     let process = opts.process.clone();
-    let events = EventQueue::start(
+    let events = Arc::new(EventQueue::start(
         crate::events::recorder::Publisher::new(client.clone(), opts.reporter.clone()),
         process.metrics.clone(),
         rule.name.clone(),
         process.fence.clone(),
         opts.event_pace.clone(),
         opts.event_quiet.clone(),
-    );
-    let ctx = Arc::new(Ctx {
-        process,
-        rule: rule.clone(),
-        kinds: Kinds {
-            parent,
-            children,
-            existing,
-            listed: Listed::new(sync.clone(), kinds.len()),
-            prune: allowed.prune,
-        },
-        records,
-        events: Arc::new(events),
-        status_schema: Default::default(),
-        revision,
+    ));
+    let status_schema = Arc::new(crate::status::StatusSchema::default());
+    // One context per revision: its rule, and its children's places among the kinds.
+    let mut contexts = Vec::new();
+    let (mut c_at, mut e_at) = (0, 0);
+    for l in &loaded {
+        let (nc, ne) = (l.rule.children.len(), l.rule.existing.len());
+        let tables = (
+            children.with_children(child_kind[c_at..c_at + nc].to_vec()),
+            existing.with_children(existing_kind[e_at..e_at + ne].to_vec()),
+        );
+        (c_at, e_at) = (c_at + nc, e_at + ne);
+        let (Some(children), Some(existing)) = tables else {
+            tracing::error!(
+                "a child's kind is missing from the rule's kinds (a bug in ruleop); rule not started"
+            );
+            return;
+        };
+        contexts.push(Arc::new(Ctx {
+            process: process.clone(),
+            rule: l.rule.clone(),
+            kinds: Kinds {
+                parent: parent.clone(),
+                children,
+                existing,
+                listed: Listed::new(sync.clone(), kinds.len()),
+                prune: allowed.prune,
+            },
+            records: records.clone(),
+            events: events.clone(),
+            status_schema: status_schema.clone(),
+            revision: l.number,
+        }));
+    }
+    let newest = contexts.remove(0);
+    let choose = history.as_ref().map(|h| {
+        Arc::new(rollout::RolloutChoose {
+            newest: h.current,
+            progress: std::sync::RwLock::new(progress.clone()),
+        })
     });
+    let _driver = match (&choose, &rule.rollout, &progress) {
+        (Some(choose), Some(r), Some(_)) => {
+            let driver = rollout::Driver {
+                choose: choose.clone(),
+                rollout: r.clone(),
+                rule: rule.name.clone(),
+                uid: rule.object.as_ref().map(|o| o.uid.clone()).unwrap_or_default(),
+                resources: parent_reader.clone(),
+                rules: opts.rules.clone(),
+                info: info.clone(),
+                reconcile_all,
+                client: client.clone(),
+                reporter: opts.reporter.clone(),
+                metrics: process.metrics.clone(),
+            };
+            Some(AbortOnDrop(tokio::spawn(
+                rollout::drive(driver, stop.clone()).in_current_span(),
+            )))
+        }
+        _ => None,
+    };
+    if let Some(r) = revision {
+        process
+            .metrics
+            .rule_info
+            .get_or_create(&crate::metrics::RevisionLabels {
+                rule: rule.name.clone(),
+                revision: r.to_string(),
+            })
+            .set(1);
+    }
+    let router = Router {
+        newest,
+        others: contexts
+            .into_iter()
+            .filter_map(|c| Some((c.revision?, c)))
+            .collect(),
+        choose: choose.map(|c| c as Arc<dyn crate::reconcile::Choose>),
+    };
 
-    tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, "rule started");
+    tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, revisions = loaded.len(), "rule started");
     controller
-        .run(reconcile, error_policy, Arc::new(Router::one(ctx)))
+        .run(reconcile, error_policy, Arc::new(router))
         .for_each(|res| async move {
             // Reconcile failures are logged by error_policy; the rest are the queue's own.
             if let Err(e) = res
@@ -495,6 +541,16 @@ async fn run(
             }
         })
         .await;
+    if let Some(r) = revision {
+        let _ = opts
+            .process
+            .metrics
+            .rule_info
+            .remove(&crate::metrics::RevisionLabels {
+                rule: rule.name.clone(),
+                revision: r.to_string(),
+            });
+    }
     synced.store(false, Ordering::SeqCst);
     tracing::info!("rule stopped");
 }

@@ -1,0 +1,193 @@
+//! A Rule's rollout while its rule runs: which revision each resource gets (asked by the
+//! reconcile's router), and the loop that moves the rollout on (every two seconds: the
+//! resources read from the cache, `ruleop.dev/rollout` read from the Rule), publishing
+//! where it stands for the Rule's status, with an Event on the Rule at each step, pause,
+//! rollback and end.
+
+use super::RuleInfo;
+use crate::cache::cached::Cached;
+use crate::metrics::{Metrics, RuleLabels};
+use crate::reconcile::Choose;
+use crate::rollout::{self, ACTION, PIN, Phase, Progress, Resource};
+use crate::rules::compile::Rollout;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// Which revision a resource gets while a rollout runs (or pins one).
+pub(super) struct RolloutChoose {
+    pub newest: i64,
+    pub progress: RwLock<Option<Progress>>,
+}
+
+impl Choose for RolloutChoose {
+    fn revision(&self, cr: &DynamicObject) -> Option<i64> {
+        let meta = &cr.metadata;
+        let pinned = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PIN))
+            .and_then(|p| p.trim().parse().ok());
+        let progress = self.progress.read().ok()?;
+        let rolling = progress.as_ref().is_some_and(|p| p.phase != Phase::Complete);
+        if pinned.is_none() && !rolling {
+            return None;
+        }
+        let r = Resource {
+            key: String::new(),
+            rank: rollout::rank(meta.uid.as_deref().unwrap_or_default()),
+            created: meta.creation_timestamp.as_ref().map(|t| t.0.to_string()),
+            revision: None,
+            pinned,
+            ready: false,
+            failed: None,
+        };
+        Some(rollout::choose(progress.as_ref(), self.newest, &r))
+    }
+}
+
+/// What the rollout loop works with.
+pub(super) struct Driver {
+    pub choose: Arc<RolloutChoose>,
+    pub rollout: Rollout,
+    pub rule: String,
+    pub uid: String,
+    /// The watched resources' cache.
+    pub resources: Store<Cached>,
+    /// The Rule objects (for `ruleop.dev/rollout`).
+    pub rules: Option<Store<DynamicObject>>,
+    pub info: Arc<RuleInfo>,
+    /// Asks the controller to reconcile every resource (their revision may have changed).
+    pub reconcile_all: mpsc::Sender<()>,
+    pub client: kube::Client,
+    pub reporter: Reporter,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Driver {
+    fn current(&self) -> Option<Progress> {
+        self.choose.progress.read().ok().and_then(|p| p.clone())
+    }
+
+    /// Puts `next` in force: the router's, the Rule's status (through the rule's info),
+    /// the metrics; every resource reconciled again when which revision they get changed.
+    async fn set(&self, prev: &Progress, next: Progress) {
+        let moved = (prev.phase, prev.step, prev.threshold) != (next.phase, next.step, next.threshold);
+        if let Ok(mut p) = self.choose.progress.write() {
+            *p = Some(next.clone());
+        }
+        self.info.set_rollout(serde_json::to_value(&next).ok());
+        let labels = RuleLabels {
+            rule: self.rule.clone(),
+        };
+        let step = if next.phase == Phase::Complete { 0 } else { next.step as i64 + 1 };
+        self.metrics.rollout_step.get_or_create(&labels).set(step);
+        self.metrics
+            .rollout_updated
+            .get_or_create(&labels)
+            .set(next.updated as i64);
+        if moved {
+            let _ = self.reconcile_all.try_send(());
+            self.event(prev, &next).await;
+        }
+    }
+
+    /// An Event on the Rule for a step, a pause, a rollback or the end.
+    async fn event(&self, prev: &Progress, next: &Progress) {
+        let (type_, reason) = match next.phase {
+            Phase::Complete => (EventType::Normal, "RolloutComplete"),
+            Phase::Paused if prev.phase != Phase::Paused => (EventType::Warning, "RolloutPaused"),
+            Phase::RolledBack => (EventType::Warning, "RolloutRolledBack"),
+            Phase::Progressing if prev.phase == Phase::Paused => (EventType::Normal, "RolloutResumed"),
+            Phase::Progressing if prev.step != next.step => (EventType::Normal, "RolloutStep"),
+            _ => return,
+        };
+        let reference = ObjectReference {
+            api_version: Some(crate::rules::object::api_version()),
+            kind: Some(crate::rules::object::KIND.into()),
+            name: Some(self.rule.clone()),
+            uid: Some(self.uid.clone()),
+            ..Default::default()
+        };
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(crate::status::verdict::bounded([next.message.as_str()])),
+            action: "Rollout".into(),
+            secondary: None,
+        };
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        if let Err(e) = recorder.publish(&ev, &reference).await {
+            tracing::debug!(error = %e, "rollout Event not published");
+        }
+    }
+
+    /// What `ruleop.dev/rollout` on the Rule asks, if anything.
+    fn action(&self) -> Option<String> {
+        let store = self.rules.as_ref()?;
+        let key = ObjectRef::new_with(&self.rule, super::super::objects::resource());
+        let rule = store.get(&key)?;
+        rule.metadata.annotations.as_ref()?.get(ACTION).cloned()
+    }
+
+    /// Takes `ruleop.dev/rollout` off the Rule once acted on.
+    async fn clear_action(&self) {
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &super::super::objects::resource());
+        let patch = serde_json::json!({"metadata": {"annotations": {ACTION: null}}});
+        if let Err(e) = api
+            .patch(&self.rule, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::warn!(error = %e, "the Rule's {ACTION} annotation could not be removed");
+        }
+    }
+
+    /// One look: an action asked, then the resources.
+    async fn tick(&self) {
+        let Some(p) = self.current() else { return };
+        let now = Timestamp::now();
+        if let Some(action) = self.action() {
+            if let Some(next) = rollout::act(&p, &action, now) {
+                tracing::info!(action = %action, "rollout: acted on the Rule's annotation");
+                self.set(&p, next).await;
+            }
+            self.clear_action().await;
+            return;
+        }
+        let resources: Vec<Resource> = self
+            .resources
+            .state()
+            .iter()
+            .filter_map(|c| c.value())
+            .filter(|v| v.pointer("/metadata/deletionTimestamp").is_none())
+            .map(|v| Resource::of(&v))
+            .collect();
+        let next = rollout::evaluate(&p, &self.rollout, &resources, now);
+        if next != p {
+            if next.phase != p.phase || next.step != p.step {
+                tracing::info!(phase = ?next.phase, step = next.step + 1, message = %next.message, "rollout");
+            }
+            self.set(&p, next).await;
+        }
+    }
+}
+
+/// Moves the rollout on until the rule stops.
+pub(super) async fn drive(d: Driver, mut stop: watch::Receiver<bool>) {
+    if let Some(p) = d.current() {
+        d.info.set_rollout(serde_json::to_value(&p).ok());
+    }
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        d.tick().await;
+    }
+}
