@@ -207,9 +207,12 @@ async fn recorded(
     }
 }
 
+/// An (apiVersion, kind).
+type KindName = (String, String);
+
 /// The (apiVersion, kind) of every child, then of every existing object, of the
 /// revisions, in order.
-fn wanted(loaded: &[loaded::Loaded]) -> (Vec<(String, String)>, Vec<(String, String)>) {
+fn wanted(loaded: &[loaded::Loaded]) -> (Vec<KindName>, Vec<KindName>) {
     let children = loaded
         .iter()
         .flat_map(|l| l.rule.children.iter())
