@@ -94,10 +94,11 @@ pub struct Resource {
     pub failed: Option<String>,
 }
 
-/// A resource's stable rank: a hash of its uid.
+/// A resource's stable rank: a hash of its uid, in 63 bits (the API server keeps a
+/// number of the Rule's status as a signed 64-bit integer: a larger one would be rounded).
 pub fn rank(uid: &str) -> u64 {
     let d = Sha256::digest(uid.as_bytes());
-    u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+    u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]) >> 1
 }
 
 /// The Synced reasons that are not a failure: the reconcile goes on.

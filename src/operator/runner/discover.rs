@@ -75,4 +75,3 @@ pub(super) async fn distinct_kinds<'a>(
     }
     Some((kinds, index))
 }
-

@@ -31,8 +31,16 @@ fn kinds(rule: &CompiledRule) -> BTreeSet<(String, String)> {
 }
 
 /// A kept revision compiled again; None (logged) when it no longer compiles.
-fn compile(rule: &CompiledRule, number: i64, spec: &serde_json::Value) -> Option<Arc<CompiledRule>> {
-    let uid = rule.object.as_ref().map(|o| o.uid.clone()).unwrap_or_default();
+fn compile(
+    rule: &CompiledRule,
+    number: i64,
+    spec: &serde_json::Value,
+) -> Option<Arc<CompiledRule>> {
+    let uid = rule
+        .object
+        .as_ref()
+        .map(|o| o.uid.clone())
+        .unwrap_or_default();
     let obj = json!({"metadata": {"name": rule.name, "uid": uid, "generation": 0}, "spec": spec});
     let load = crate::rules::object::load_object(&obj);
     if load.rule.is_none() {
@@ -76,7 +84,10 @@ pub(super) fn revisions(
                 number: Some(*n),
                 rule: r,
             }),
-            Some(_) => tracing::info!(revision = n, "a kept revision makes kinds the newest does not: not loaded (a resource pinning it takes the newest)"),
+            Some(_) => tracing::info!(
+                revision = n,
+                "a kept revision makes kinds the newest does not: not loaded (a resource pinning it takes the newest)"
+            ),
             None => {}
         }
     }

@@ -365,11 +365,15 @@ async fn run(
     let loaded = loaded::revisions(&rule, history.as_ref(), progress.as_ref());
     // The distinct child kinds and existing kinds of them all, each resolved by discovery.
     let (wanted_children, wanted_existing) = wanted(&loaded);
-    let wanted = wanted_children.iter().map(|(a, k)| (a.as_str(), k.as_str()));
+    let wanted = wanted_children
+        .iter()
+        .map(|(a, k)| (a.as_str(), k.as_str()));
     let Some((kinds, child_kind)) = distinct_kinds(&client, &opts, &stop, wanted).await else {
         return;
     };
-    let wanted = wanted_existing.iter().map(|(a, k)| (a.as_str(), k.as_str()));
+    let wanted = wanted_existing
+        .iter()
+        .map(|(a, k)| (a.as_str(), k.as_str()));
     let Some((existing_kinds, existing_kind)) = distinct_kinds(&client, &opts, &stop, wanted).await
     else {
         return;
@@ -498,7 +502,11 @@ async fn run(
                 choose: choose.clone(),
                 rollout: r.clone(),
                 rule: rule.name.clone(),
-                uid: rule.object.as_ref().map(|o| o.uid.clone()).unwrap_or_default(),
+                uid: rule
+                    .object
+                    .as_ref()
+                    .map(|o| o.uid.clone())
+                    .unwrap_or_default(),
                 resources: parent_reader.clone(),
                 rules: opts.rules.clone(),
                 info: info.clone(),

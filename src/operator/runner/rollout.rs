@@ -34,7 +34,9 @@ impl Choose for RolloutChoose {
             .and_then(|a| a.get(PIN))
             .and_then(|p| p.trim().parse().ok());
         let progress = self.progress.read().ok()?;
-        let rolling = progress.as_ref().is_some_and(|p| p.phase != Phase::Complete);
+        let rolling = progress
+            .as_ref()
+            .is_some_and(|p| p.phase != Phase::Complete);
         if pinned.is_none() && !rolling {
             return None;
         }
@@ -74,10 +76,23 @@ impl Driver {
         self.choose.progress.read().ok().and_then(|p| p.clone())
     }
 
-    /// Puts `next` in force: the router's, the Rule's status (through the rule's info),
-    /// the metrics; every resource reconciled again when which revision they get changed.
+    /// Puts `next` in force: first in the Rule's status (so a replica that takes over goes
+    /// on from there, never from a step before), then the router's, the metrics; every
+    /// resource reconciled again when which revision they get changed. Nothing changes
+    /// when the status cannot be written (tried again on the next look).
     async fn set(&self, prev: &Progress, next: Progress) {
-        let moved = (prev.phase, prev.step, prev.threshold) != (next.phase, next.step, next.threshold);
+        let moved =
+            (prev.phase, prev.step, prev.threshold) != (next.phase, next.step, next.threshold);
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &super::super::objects::resource());
+        let patch = serde_json::json!({"status": {"rollout": &next}});
+        if let Err(e) = api
+            .patch_status(&self.rule, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::warn!(error = %e, "the rollout's progress could not be recorded on the Rule; trying again");
+            return;
+        }
         if let Ok(mut p) = self.choose.progress.write() {
             *p = Some(next.clone());
         }
@@ -85,7 +100,11 @@ impl Driver {
         let labels = RuleLabels {
             rule: self.rule.clone(),
         };
-        let step = if next.phase == Phase::Complete { 0 } else { next.step as i64 + 1 };
+        let step = if next.phase == Phase::Complete {
+            0
+        } else {
+            next.step as i64 + 1
+        };
         self.metrics.rollout_step.get_or_create(&labels).set(step);
         self.metrics
             .rollout_updated
@@ -103,7 +122,9 @@ impl Driver {
             Phase::Complete => (EventType::Normal, "RolloutComplete"),
             Phase::Paused if prev.phase != Phase::Paused => (EventType::Warning, "RolloutPaused"),
             Phase::RolledBack => (EventType::Warning, "RolloutRolledBack"),
-            Phase::Progressing if prev.phase == Phase::Paused => (EventType::Normal, "RolloutResumed"),
+            Phase::Progressing if prev.phase == Phase::Paused => {
+                (EventType::Normal, "RolloutResumed")
+            }
             Phase::Progressing if prev.step != next.step => (EventType::Normal, "RolloutStep"),
             _ => return,
         };
