@@ -34,6 +34,25 @@ fn rule(name: &str, label: &str, edition: &str, rollout: Value) -> Value {
     r
 }
 
+/// `ruleop diff` of Rule `r` against namespace `ns`: its exit code and output.
+fn diff(r: &Value, ns: &str) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("rule.yaml");
+    std::fs::write(&f, serde_json::to_string(r).unwrap()).unwrap();
+    let (code, out, err) = common::ruleop_cli(
+        &[
+            "diff",
+            "--rules",
+            f.to_str().unwrap(),
+            "--namespace",
+            ns,
+            "--brief",
+        ],
+        true,
+    );
+    (code, format!("{out}{err}"))
+}
+
 fn apply(v: &Value) {
     kubectl_ok(
         &["apply", "--server-side", "--force-conflicts", "-f", "-"],
@@ -145,8 +164,33 @@ async fn a_rule_edit_rolls_out_step_by_step_and_a_failing_one_stops_at_the_canar
         Operator::start(&ns, &[], &a)
     };
 
+    // What edit 1 would do, before it lands: every pod template changes; a label on the
+    // Service alone changes no pod template.
+    let edit = rule(&name, &ns, "2", steps.clone());
+    let (code, out) = diff(&edit, &ns);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "{n} resource(s), {n} touched; objects: 0 created, {n} changed, 0 deleted"
+        )) && out.contains(&format!(
+            "pod templates changed (pods that would restart): {n}"
+        )),
+        "{}",
+        out.lines().last().unwrap_or_default()
+    );
+    let mut label = rule(&name, &ns, "1", steps.clone());
+    label["spec"]["children"][1]["template"]["metadata"]["labels"]["exposed"] = json!("yes");
+    let (code, out) = diff(&label, &ns);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains(&format!("{n} changed"))
+            && out.contains("pod templates changed (pods that would restart): 0"),
+        "{}",
+        out.lines().last().unwrap_or_default()
+    );
+
     // Edit 1: a new pod template, rolled out in four steps; the leader killed at step 2.
-    apply(&rule(&name, &ns, "2", steps.clone()));
+    apply(&edit);
     let mut seen = Seen::default();
     let mut steps_seen = Vec::new();
     let mut killed = false;
@@ -212,6 +256,20 @@ async fn a_rule_edit_rolls_out_step_by_step_and_a_failing_one_stops_at_the_canar
         );
         lo = pair[0];
     }
+    // What the rollout did matches what the diff said: every pod template is edit 2's,
+    // and nothing is left to change.
+    let editions: Vec<String> = list("deployments", &ns)
+        .iter()
+        .map(|d| {
+            d["spec"]["template"]["metadata"]["annotations"]["edition"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(editions.iter().filter(|e| *e == "2").count(), n);
+    let (code, out) = diff(&edit, &ns);
+    assert_eq!(code, 0, "{out}");
     eventually(long, "the Rule says 200 updated", || async {
         let r = get_json("rule", "", &name)?;
         (r["status"]["rollout"]["updated"] == n && r["status"]["revision"] == 2).then_some(())

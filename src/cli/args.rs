@@ -34,6 +34,32 @@ pub(super) enum Command {
     Schema(SchemaArgs),
     /// Print rules files as Rule objects, for `kubectl apply -f -`. No cluster needed.
     Rule(RuleArgs),
+    /// What a rule change would do to every live resource of its kind (or, offline, to the
+    /// resources given): children created, changed, deleted, pods restarted. Exit 0 when
+    /// nothing changes, 1 when something would, 2 on error.
+    Diff(DiffArgs),
+}
+
+#[derive(Args, Debug)]
+pub(super) struct DiffArgs {
+    /// The new rules (files, folders, or files of Rule objects); offline, the old ones.
+    #[arg(long, required = true)]
+    pub(super) rules: Vec<PathBuf>,
+    /// Offline: the new rules, compared with --rules on the resources given.
+    #[arg(long)]
+    pub(super) to: Vec<PathBuf>,
+    /// Offline: files of custom resources (without them, the cluster's are read).
+    pub(super) resources: Vec<PathBuf>,
+    /// Offline: objects in the cluster (existing objects, live children), as `kubectl get
+    /// -o yaml` prints them.
+    #[arg(long)]
+    pub(super) observed: Option<PathBuf>,
+    /// Against the cluster: this namespace only (default: all).
+    #[arg(long)]
+    pub(super) namespace: Option<String>,
+    /// Name what changes without the field diffs.
+    #[arg(long)]
+    pub(super) brief: bool,
 }
 
 #[derive(Args, Debug)]

@@ -20,6 +20,47 @@ pub(super) fn print_errors(errors: &[LoadError]) {
     }
 }
 
+/// The rules of `paths`: rules files, or files of Rule objects (`kind: Rule`, as
+/// `ruleop rule` prints them), each Rule's problems named by its path in it.
+pub(super) fn load_rules_or_objects(paths: &[PathBuf]) -> (Vec<Arc<CompiledRule>>, Vec<LoadError>) {
+    let files = match rules::load::collect_files(paths) {
+        Ok(f) => f,
+        Err(e) => return (Vec::new(), vec![e]),
+    };
+    let (mut rules_files, mut loaded, mut errors) = (Vec::new(), Vec::new(), Vec::new());
+    for f in files {
+        let objects: Vec<Value> = read_objects(&f)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|o| {
+                o["kind"] == rules::object::KIND
+                    && o["apiVersion"]
+                        .as_str()
+                        .is_some_and(|a| a.starts_with(rules::object::GROUP))
+            })
+            .collect();
+        if objects.is_empty() {
+            rules_files.push(f);
+            continue;
+        }
+        for o in &objects {
+            let load = rules::object::load_object(o);
+            loaded.extend(load.rule);
+            errors.extend(load.problems.into_iter().map(|p| LoadError::Sample {
+                path: f.clone(),
+                message: format!("Rule {:?}: {p}", load.name),
+                fix: "fix the Rule's spec (`ruleop check` on its rules file says the same)".into(),
+            }));
+        }
+    }
+    if !rules_files.is_empty() {
+        let (more, errs) = rules::load_paths(&rules_files);
+        loaded.extend(more);
+        errors.extend(errs);
+    }
+    (loaded, errors)
+}
+
 /// Reads CRDs from files and directories (every `*.yaml`/`*.yml` in them).
 pub(super) fn read_crds(paths: &[PathBuf]) -> anyhow::Result<Vec<Value>> {
     let mut out = Vec::new();

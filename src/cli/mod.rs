@@ -16,6 +16,7 @@ macro_rules! out {
 
 mod args;
 mod check;
+mod diff;
 mod input;
 mod render;
 mod rule;
@@ -40,6 +41,7 @@ pub fn main() -> ExitCode {
         Command::Test(args) => test::test_cmd(args),
         Command::Schema(args) => schema_cmd(&args),
         Command::Rule(args) => rule::rule_cmd(args),
+        Command::Diff(args) => diff::diff_cmd(args),
     };
     match result {
         Ok(code) => code,

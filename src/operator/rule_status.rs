@@ -240,7 +240,10 @@ mod tests {
         let mut kept = first.clone();
         kept.as_object_mut().unwrap().remove("rollout");
         assert!(says(&kept, &again));
-        assert!(!says(&kept, &with_times(desired(&verdict(false), Some(&running)), &kept, "T4")));
+        assert!(!says(
+            &kept,
+            &with_times(desired(&verdict(false), Some(&running)), &kept, "T4")
+        ));
         let broken = with_times(desired(&verdict(false), Some(&running)), &first, "T3");
         assert_eq!(broken["conditions"][0]["lastTransitionTime"], "T3");
         assert_eq!(broken["conditions"][1]["lastTransitionTime"], "T1");

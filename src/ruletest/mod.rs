@@ -12,6 +12,7 @@
 //! expected). Used by: the CLI.
 
 pub mod cluster;
+pub mod diff;
 pub mod expect;
 pub mod report;
 pub mod run;
