@@ -264,13 +264,15 @@ async fn fleet(
             .unwrap_or_default();
         let own = observed.clone();
         for (i, e) in rule.existing.iter().enumerate() {
-            if !existing.contains_key(&(i, cr_ns.clone())) {
+            if let std::collections::btree_map::Entry::Vacant(slot) =
+                existing.entry((i, cr_ns.clone()))
+            {
                 let (group, version) = crate::schema::kinds::group_version(&e.api_version);
                 let found = match discovery::child(client, group, version, &e.kind).await? {
                     Some(k) => list(client, &k, Some(&cr_ns), None).await?,
                     None => Vec::new(),
                 };
-                existing.insert((i, cr_ns.clone()), found);
+                slot.insert(found);
             }
             observed.extend(existing[&(i, cr_ns.clone())].iter().cloned());
         }

@@ -77,10 +77,10 @@ fn comparable(o: &Value) -> Value {
         .and_then(Value::as_object_mut)
     {
         a.remove(HASH_ANNOTATION);
-        if a.is_empty() {
-            if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
-                m.remove("annotations");
-            }
+        if a.is_empty()
+            && let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            m.remove("annotations");
         }
     }
     if let Some(m) = o.as_object_mut() {
