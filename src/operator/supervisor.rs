@@ -57,7 +57,14 @@ impl Supervisor {
         }
         for rule in self.desired.clone() {
             let retired = match self.running.get(&rule.name) {
-                Some(t) if t.rule.fingerprint == rule.fingerprint => continue,
+                // The same rule from the same kind of source: nothing to do. (A file's
+                // rule that becomes a Rule's restarts: it gets revisions.)
+                Some(t)
+                    if t.rule.fingerprint == rule.fingerprint
+                        && t.rule.object.is_some() == rule.object.is_some() =>
+                {
+                    continue;
+                }
                 Some(t) => {
                     let gone = inventory::retired(
                         &inventory::kinds_of(&t.rule),
