@@ -195,6 +195,12 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
             {"apiGroups": [crate::rules::object::GROUP], "resources": [crate::rules::object::PLURAL], "verbs": ["get", "list", "patch", "watch"]},
             {"apiGroups": [crate::rules::object::GROUP], "resources": [format!("{}/status", crate::rules::object::PLURAL)], "verbs": ["patch"]},
         ]}));
+    // The Rule webhook's configuration (`--webhook-addr`), by name; an apply that
+    // creates it asks `create` too.
+    if let Some(rules) = out.last_mut().and_then(|r| r["rules"].as_array_mut()) {
+        rules.push(json!({"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"], "resourceNames": [t.name], "verbs": ["get", "patch"]}));
+        rules.push(json!({"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"], "verbs": ["create"]}));
+    }
     out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": rule_objects},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": rule_objects}, "subjects": subject}));
     let lease = format!("{}-leader-election", t.name);
@@ -204,6 +210,8 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
             {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [INVENTORY], "verbs": ["get", "update"]},
             {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
             {"apiGroups": ["apps"], "resources": ["controllerrevisions"], "verbs": ["create", "delete", "get", "list"]},
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [format!("{}-webhook-tls", t.name)], "verbs": ["get", "update"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
         ]}));
     out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": lease, "namespace": t.operator_namespace},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": lease}, "subjects": subject}));

@@ -189,3 +189,109 @@ async fn a_rule_applied_with_kubectl_serves_and_a_broken_edit_keeps_the_last_goo
     assert!(get_json("deployment", &ns, "my-blog-web").is_some());
     let _ = kubectl(&["delete", "namespace", &ns, "--wait=false"], None);
 }
+
+/// A free local port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn the_webhook_refuses_a_broken_rule_and_with_ruleop_down_the_last_good_revision_serves() {
+    let client = common::client().await;
+    install_crds(&[RULE_CRD, "deploy/crds/websites.sre.example.com.yaml"]);
+    let ns = common::namespace(&client, "rule-webhook").await;
+    let name = format!("site-{ns}");
+    let hook = format!("ruleop-{ns}");
+    let selector = format!("ruleop.dev/test={ns}");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let url = format!("https://127.0.0.1:{port}/validate-rules");
+    let args = [
+        "--rule-objects=true",
+        "--rule-selector",
+        &selector,
+        "--lease-namespace",
+        &ns,
+        "--webhook-addr",
+        &addr,
+        "--webhook-url",
+        &url,
+        "--webhook-name",
+        &hook,
+    ];
+    let mut op = Operator::start(&ns, &[], &args);
+    let rule = website_rule(&name, &ns);
+    apply(&rule);
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&manifest_in("examples/website.yaml", &ns)),
+    );
+    rule_status(&name, "accepted", |s| {
+        condition(s, "Accepted")["status"] == "True" && s["revision"] == 1
+    })
+    .await;
+    // Refused at apply, once the webhook serves: the check's message, at its path.
+    let mut broken = rule.clone();
+    broken["spec"]["children"][0]["template"]["spec"]["replicas"] = json!("three");
+    let text = serde_json::to_string(&broken).unwrap();
+    let refusal = eventually(T, "the webhook refuses", || async {
+        let (ok, _, err) = kubectl(&["apply", "--dry-run=server", "-f", "-"], Some(&text));
+        (!ok).then_some(err)
+    })
+    .await;
+    assert!(
+        refusal.contains("denied the request")
+            && refusal.contains("spec.children[0].template.spec.replicas"),
+        "{refusal}"
+    );
+    let (ok, _, err) = kubectl(&["apply", "-f", "-"], Some(&text));
+    assert!(!ok, "refused for real too: {err}");
+    assert_eq!(
+        get_json("rule", "", &name).unwrap()["metadata"]["generation"],
+        1
+    );
+
+    // ruleop down: the webhook fails open, the broken Rule is stored.
+    op.kill();
+    eventually(T, "stored with ruleop down", || async {
+        kubectl(&["apply", "-f", "-"], Some(&text)).0.then_some(())
+    })
+    .await;
+    // ruleop back: the broken generation is not in force, the last good revision serves.
+    let _op = Operator::start(&ns, &[], &args);
+    let s = rule_status(&name, "generation 2 refused", |s| {
+        s["observedGeneration"] == 2 && condition(s, "Accepted")["status"] == "False"
+    })
+    .await;
+    let message = condition(&s, "Accepted")["message"].as_str().unwrap();
+    assert!(
+        message.contains("its last accepted revision stays in force")
+            && message.contains("spec.children[0].template.spec.replicas"),
+        "{message}"
+    );
+    kubectl_ok(
+        &[
+            "patch",
+            "website",
+            "my-blog",
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"replicas":5}}"#,
+        ],
+        None,
+    );
+    eventually(T, "the last good revision serves a scale", || async {
+        let d = get_json("deployment", &ns, "my-blog-web")?;
+        (d["spec"]["replicas"] == 5).then_some(())
+    })
+    .await;
+    let _ = kubectl(&["delete", "rule", &name], None);
+    let _ = kubectl(&["delete", "validatingwebhookconfiguration", &hook], None);
+    common::delete_namespace(&ns);
+}

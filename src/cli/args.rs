@@ -19,7 +19,7 @@ pub(super) struct Cli {
 #[derive(Subcommand, Debug)]
 pub(super) enum Command {
     /// Run the operator against the current kubeconfig (or in-cluster config).
-    Run(crate::operator::RunArgs),
+    Run(Box<crate::operator::RunArgs>),
     /// Print the children a custom resource gets (and, with --observed, its status). No cluster needed.
     Render(RenderArgs),
     /// Load and compile rules files; exit 1 if any has an error. No cluster needed.

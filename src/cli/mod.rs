@@ -33,7 +33,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log.log_format);
     let result = match cli.command {
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(*args),
         Command::Render(args) => render::render_cmd(args),
         Command::Check(args) => check::check(args),
         Command::Rbac(args) => rbac(args),

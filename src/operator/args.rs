@@ -16,6 +16,20 @@ pub struct RunArgs {
     /// write their status. `false`: files only (no watch of Rules, no RBAC for them).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub rule_objects: bool,
+    /// Serve the validating webhook of Rules here (`0.0.0.0:9443`): an invalid Rule is
+    /// refused at `kubectl apply`. ruleop makes its certificates (a Secret
+    /// `<webhook-name>-webhook-tls`) and its ValidatingWebhookConfiguration. Off when not given.
+    #[arg(long)]
+    pub webhook_addr: Option<SocketAddr>,
+    /// How the API server reaches the webhook: a Service `namespace/name` (port 443)...
+    #[arg(long, default_value = "ruleop-system/ruleop-webhook")]
+    pub webhook_service: String,
+    /// ...or a URL (`https://127.0.0.1:9443/validate-rules`), which wins.
+    #[arg(long)]
+    pub webhook_url: Option<String>,
+    /// The ValidatingWebhookConfiguration's name.
+    #[arg(long, default_value = "ruleop")]
+    pub webhook_name: String,
     /// Serve only the Rule objects with these labels (a label selector, `team=web`): for
     /// several ruleop installations in one cluster, each with its Rules.
     #[arg(long)]

@@ -20,6 +20,7 @@ pub mod rule_status;
 pub mod runner;
 pub mod supervisor;
 pub mod versions;
+pub mod webhook;
 
 pub use args::RunArgs;
 
@@ -60,6 +61,17 @@ pub enum RunError {
     Lease(#[source] crate::client::lease::LeaseError),
     #[error("cannot listen for SIGTERM or SIGINT: {0}")]
     Signal(#[source] std::io::Error),
+    #[error("the Rule webhook: {0}")]
+    Webhook(#[from] webhook::WebhookError),
+}
+
+/// Aborts its tasks when dropped.
+struct Tasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        self.0.iter().for_each(tokio::task::JoinHandle::abort);
+    }
 }
 
 fn identity(args: &RunArgs) -> String {
@@ -177,6 +189,24 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         events: args.events,
         resync: Duration::from_secs(args.resync_seconds),
     });
+    let _webhook = match args.webhook_addr {
+        Some(addr) => {
+            let (ns, name) = args
+                .webhook_service
+                .split_once('/')
+                .unwrap_or((args.lease_namespace.as_str(), args.webhook_service.as_str()));
+            let cfg = webhook::Config {
+                addr,
+                url: args.webhook_url.clone(),
+                service: (ns.to_string(), name.to_string()),
+                name: args.webhook_name.clone(),
+                namespace: args.lease_namespace.clone(),
+                selector: args.rule_selector.clone(),
+            };
+            Tasks(webhook::start(cfg, process.client.clone(), fence.clone()).await?)
+        }
+        None => Tasks(Vec::new()),
+    };
     // The Rule objects, read before the first rules are put in force (a cluster without
     // the Rule kind never lists: files alone, after a short wait).
     let mut objects = args.rule_objects.then(|| {
@@ -210,7 +240,13 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     };
     let rule_api: kube::Api<kube::api::DynamicObject> =
         kube::Api::all_with(process.client.clone(), &objects::resource());
-    refresh(&mut book, objects.as_ref());
+    refresh(
+        &mut book,
+        objects.as_ref(),
+        &process.client,
+        &args.lease_namespace,
+    )
+    .await;
     let initial = book.rules();
     report(
         &book.problems.clone(),
@@ -262,7 +298,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
                 // Let a burst of file events settle, then read everything once.
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 while changes.try_recv().is_ok() {}
-                refresh(&mut book, objects.as_ref());
+                refresh(&mut book, objects.as_ref(), &process.client, &args.lease_namespace).await;
                 put_in_force(&mut book, &mut sup, &mut last_problems, &metrics, &health, leading).await;
             }
             Some(()) = async {
@@ -271,7 +307,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
                     None => std::future::pending().await,
                 }
             } => {
-                refresh(&mut book, objects.as_ref());
+                refresh(&mut book, objects.as_ref(), &process.client, &args.lease_namespace).await;
                 put_in_force(&mut book, &mut sup, &mut last_problems, &metrics, &health, leading).await;
                 if let (true, Some(o)) = (leading, &objects) {
                     rule_status::write_all(&book, &sup, o, &rule_api).await;
@@ -283,7 +319,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
                 }
             }
             _ = poll.tick() => {
-                refresh(&mut book, objects.as_ref());
+                refresh(&mut book, objects.as_ref(), &process.client, &args.lease_namespace).await;
                 put_in_force(&mut book, &mut sup, &mut last_problems, &metrics, &health, leading).await;
             }
         }
@@ -298,9 +334,25 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 }
 
 /// Reads the rules files again and takes the Rule objects as the cluster holds them now.
-fn refresh(book: &mut RuleBook, objects: Option<&objects::RuleObjects>) {
+/// A Rule whose generation does not compile, with no good one seen by this process (it
+/// started since), serves the revision its status says was in force.
+async fn refresh(
+    book: &mut RuleBook,
+    objects: Option<&objects::RuleObjects>,
+    client: &kube::Client,
+    state_namespace: &str,
+) {
     if let Some(o) = objects {
         book.set_objects(&o.list());
+        for (name, uid, revision) in book.without_good() {
+            match revisions::spec_of(client, state_namespace, &name, &uid, revision).await {
+                Ok(Some(spec)) => book.set_fallback(&name, &uid, &spec),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(rule = %name, error = %e, "the Rule's last revision cannot be read")
+                }
+            }
+        }
     }
     book.reload();
 }

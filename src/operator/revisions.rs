@@ -57,6 +57,26 @@ fn owned_by(cr: &ControllerRevision, uid: &str) -> bool {
         .any(|o| o.uid == uid)
 }
 
+/// The spec of revision `number` of Rule `name` (uid `uid`), if it is kept.
+pub async fn spec_of(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    number: i64,
+) -> Result<Option<Value>, kube::Error> {
+    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), namespace);
+    let lp = ListParams::default().labels(&format!("{RULE_LABEL}={name}"));
+    Ok(api
+        .list(&lp)
+        .await?
+        .items
+        .iter()
+        .filter(|c| owned_by(c, uid) && c.revision == number)
+        .map(|c| revision_of(c).spec)
+        .next())
+}
+
 /// Finds the revision of `rule`'s spec (a Rule object's), or records it as the next one;
 /// then deletes the oldest past its history limit, never one of `keep`.
 pub async fn ensure(

@@ -38,6 +38,7 @@ pub fn desired(v: &ObjectVerdict, running: Option<&Running>) -> Value {
         )
     } else {
         let stays = match v.in_force {
+            Some(0) => "; its last accepted revision stays in force".to_string(),
             Some(g) => format!("; generation {g} stays in force"),
             None => "; no generation of this Rule is in force".into(),
         };

@@ -92,6 +92,7 @@ impl RuleBook {
                 .filter(|p| p.file == file)
                 .map(|p| p.message.clone()),
         );
+        // (Generation 0: a revision read back from the cluster after a restart.)
         let in_force = self
             .in_force
             .get(name)
@@ -104,6 +105,27 @@ impl RuleBook {
             in_force,
             problems,
         })
+    }
+
+    /// The Rule objects with no rule in force (their generation does not compile, and
+    /// this process never had a good one: it started since), with the revision their
+    /// status says was: its spec, read back from its ControllerRevision, serves meanwhile.
+    pub fn without_good(&self) -> Vec<(String, String, i64)> {
+        self.objects
+            .values()
+            .filter(|e| e.good.is_none())
+            .filter_map(|e| Some((e.load.name.clone(), e.load.uid.clone(), e.load.revision?)))
+            .collect()
+    }
+
+    /// The spec of the revision last in force for Rule `name` (see
+    /// [`RuleBook::without_good`]), put in force until a generation compiles.
+    pub fn set_fallback(&mut self, name: &str, uid: &str, spec: &serde_json::Value) {
+        let Some(e) = self.objects.get_mut(name).filter(|e| e.load.uid == uid) else {
+            return;
+        };
+        let obj = serde_json::json!({"metadata": {"name": name, "uid": uid, "generation": 0}, "spec": spec});
+        e.good = load_object(&obj).rule;
     }
 
     /// The names of the Rule objects.

@@ -42,6 +42,8 @@ pub struct ObjectLoad {
     pub name: String,
     pub uid: String,
     pub generation: i64,
+    /// The revision its status says was in force (`status.revision`).
+    pub revision: Option<i64>,
     /// The compiled rule, when the Rule has no problem.
     pub rule: Option<Arc<CompiledRule>>,
     pub problems: Vec<ObjectProblem>,
@@ -64,6 +66,7 @@ pub fn load_object(obj: &Value) -> ObjectLoad {
             .unwrap_or_default()
             .to_string(),
         generation: obj["metadata"]["generation"].as_i64().unwrap_or_default(),
+        revision: obj["status"]["revision"].as_i64(),
         name: name.clone(),
         rule: None,
         problems: Vec::new(),

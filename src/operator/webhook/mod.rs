@@ -1,0 +1,248 @@
+//! The validating admission webhook of Rules: `kubectl apply` of an invalid Rule is
+//! refused with the check's message, each problem at its path in the Rule. Served over
+//! HTTPS by every replica ([`serve`]) with certificates ruleop makes and renews itself
+//! ([`certs`]), kept in a Secret; the leader writes the Secret and the
+//! ValidatingWebhookConfiguration (its CA bundle included). Its `failurePolicy` is
+//! `Ignore`: with ruleop down a Rule is stored, and its status says whether it is in force
+//! once ruleop reads it; a stopped operator never blocks the cluster.
+
+pub mod certs;
+pub mod review;
+pub mod serve;
+
+use crate::client::Fence;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the webhook is served and reached.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// How the API server reaches it: a URL (`https://127.0.0.1:9443/validate-rules`),
+    /// else the Service `namespace/name` (port 443).
+    pub url: Option<String>,
+    pub service: (String, String),
+    /// The ValidatingWebhookConfiguration's name; the Secret is `<name>-webhook-tls`.
+    pub name: String,
+    /// ruleop's namespace (the Secret's).
+    pub namespace: String,
+    /// Only Rules with these labels (`k=v,k2=v2`) are reviewed (as `--rule-selector`).
+    pub selector: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--rule-selector {0:?}: the webhook takes only `key=value` pairs, comma-separated")]
+    Selector(String),
+}
+
+impl Config {
+    /// The names the serving certificate is for.
+    fn names(&self) -> Vec<String> {
+        if let Some(url) = &self.url {
+            let host = url
+                .split("://")
+                .nth(1)
+                .unwrap_or(url)
+                .split(['/', ':'])
+                .next()
+                .unwrap_or_default();
+            return vec![host.to_string()];
+        }
+        let (ns, name) = &self.service;
+        vec![
+            format!("{name}.{ns}.svc"),
+            format!("{name}.{ns}.svc.cluster.local"),
+        ]
+    }
+
+    fn secret(&self) -> String {
+        format!("{}-webhook-tls", self.name)
+    }
+
+    /// The selector as labels to match.
+    fn match_labels(&self) -> Result<Option<BTreeMap<String, String>>, WebhookError> {
+        let Some(s) = &self.selector else {
+            return Ok(None);
+        };
+        s.split(',')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, v)) if !k.trim().is_empty() && !v.contains(['!', '=']) => {
+                    Ok((k.trim().to_string(), v.trim().to_string()))
+                }
+                _ => Err(WebhookError::Selector(s.clone())),
+            })
+            .collect::<Result<_, _>>()
+            .map(Some)
+    }
+
+    /// The ValidatingWebhookConfiguration, with `ca` (PEM) as its CA bundle.
+    fn configuration(&self, ca: &str) -> Result<Value, WebhookError> {
+        use base64::Engine as _;
+        let bundle = base64::engine::general_purpose::STANDARD.encode(ca);
+        let client = match &self.url {
+            Some(url) => json!({"url": url, "caBundle": bundle}),
+            None => json!({"service": {"namespace": self.service.0, "name": self.service.1,
+                "path": serve::PATH, "port": 443}, "caBundle": bundle}),
+        };
+        let mut hook = json!({
+            "name": "rules.ruleop.dev",
+            "clientConfig": client,
+            "rules": [{"apiGroups": [crate::rules::object::GROUP], "apiVersions": ["*"],
+                       "operations": ["CREATE", "UPDATE"], "resources": [crate::rules::object::PLURAL],
+                       "scope": "Cluster"}],
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+        });
+        if let Some(labels) = self.match_labels()? {
+            hook["objectSelector"] = json!({"matchLabels": labels});
+        }
+        Ok(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": self.name},
+            "webhooks": [hook],
+        }))
+    }
+}
+
+/// Starts the webhook: listens now, serves once it has a certificate, and keeps the
+/// certificates and the configuration (the leader writes them; every replica serves what
+/// the Secret holds).
+pub async fn start(
+    cfg: Config,
+    client: kube::Client,
+    fence: Arc<Fence>,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, WebhookError> {
+    cfg.match_labels()?;
+    let listener = serve::bind(cfg.addr)
+        .await
+        .map_err(|source| WebhookError::Listen {
+            addr: cfg.addr,
+            source,
+        })?;
+    let current = Arc::new(serve::Current::default());
+    let serving = tokio::spawn(serve::serve(listener, current.clone()));
+    let keeping = tokio::spawn(keep(cfg, client, fence, current));
+    Ok(vec![serving, keeping])
+}
+
+/// Every minute (every two seconds until it serves): the certificates renewed when due and
+/// the configuration written (by the leader), the serving certificate taken from the Secret.
+async fn keep(cfg: Config, client: kube::Client, fence: Arc<Fence>, current: Arc<serve::Current>) {
+    let mut served: Option<String> = None;
+    loop {
+        match round(&cfg, &client, &fence).await {
+            Ok(Some(c)) if served.as_deref() != Some(c.cert.as_str()) => {
+                match current.set(&c.cert, &c.key) {
+                    Ok(()) => {
+                        tracing::info!(not_after = %c.not_after, "webhook serving certificate in use");
+                        served = Some(c.cert);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "webhook certificate not usable"),
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "webhook certificates or configuration not written; retrying")
+            }
+        }
+        let wait = if current.is_set() { 60 } else { 2 };
+        tokio::time::sleep(Duration::from_secs(wait)).await;
+    }
+}
+
+fn decode(s: &Secret) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let data = s
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
+        .collect();
+    (data, s.metadata.annotations.clone().unwrap_or_default())
+}
+
+/// One round: the Secret read (and, by the leader, renewed and the configuration
+/// written); the certificates to serve, once there are some.
+async fn round(
+    cfg: &Config,
+    client: &kube::Client,
+    fence: &Fence,
+) -> Result<Option<certs::Certs>, Box<dyn std::error::Error + Send + Sync>> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), &cfg.namespace);
+    let secret = api.get_opt(&cfg.secret()).await?;
+    let have = secret.as_ref().and_then(|s| {
+        let (data, ann) = decode(s);
+        certs::from_secret(&data, &ann).ok()
+    });
+    if !fence.holds() {
+        return Ok(have);
+    }
+    let now = time::OffsetDateTime::now_utc();
+    let certs = match certs::renew(have.as_ref(), &cfg.names(), now)? {
+        None => have,
+        Some(new) => {
+            write_secret(&api, cfg, secret, &new).await?;
+            tracing::info!(names = %new.names.join(","), "webhook certificates made");
+            Some(new)
+        }
+    };
+    if let Some(c) = &certs {
+        let vwc = cfg.configuration(&c.ca_cert)?;
+        let ar = ApiResource {
+            group: "admissionregistration.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "admissionregistration.k8s.io/v1".into(),
+            kind: "ValidatingWebhookConfiguration".into(),
+            plural: "validatingwebhookconfigurations".into(),
+        };
+        let vwcs: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let params = PatchParams::apply(crate::render::FIELD_MANAGER).force();
+        vwcs.patch(&cfg.name, &params, &Patch::Apply(&vwc)).await?;
+    }
+    Ok(certs)
+}
+
+/// Writes the Secret holding `c`: created, or replaced if it is still the one read
+/// (another replica's write in between is a conflict: the next round reads it).
+async fn write_secret(
+    api: &Api<Secret>,
+    cfg: &Config,
+    old: Option<Secret>,
+    c: &certs::Certs,
+) -> Result<(), kube::Error> {
+    let (data, annotations) = certs::to_secret(c);
+    let mut s = old.unwrap_or_default();
+    s.metadata.name = Some(cfg.secret());
+    s.metadata.namespace = Some(cfg.namespace.clone());
+    s.metadata.annotations = Some(annotations);
+    s.type_ = Some("kubernetes.io/tls".into());
+    s.data = Some(
+        data.into_iter()
+            .map(|(k, v)| (k, ByteString(v.into_bytes())))
+            .collect(),
+    );
+    if s.metadata.resource_version.is_some() {
+        api.replace(&cfg.secret(), &PostParams::default(), &s)
+            .await?;
+    } else {
+        api.create(&PostParams::default(), &s).await?;
+    }
+    Ok(())
+}
