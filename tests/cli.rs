@@ -493,3 +493,30 @@ fn check_takes_on_remove_and_notes_an_orphan_that_could_not_come_back() {
         "{all}"
     );
 }
+
+#[test]
+fn examples_rules_yaml_is_the_shipped_rules_as_rule_objects() {
+    let (code, out, err) = ruleop(&["rule", "--rules", "rules/"]);
+    assert_eq!(code, 0, "{err}");
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/rules.yaml"))
+            .unwrap();
+    assert_eq!(
+        out, shipped,
+        "examples/rules.yaml is stale: run deploy/generate.sh"
+    );
+    // Each Rule loads as the rule it was made from: the same fingerprint.
+    let dir = tempfile::tempdir().unwrap();
+    let new = dir.path().join("new.yaml");
+    std::fs::write(&new, &shipped).unwrap();
+    let (code, out, _) = ruleop(&[
+        "diff",
+        "--rules",
+        "rules/",
+        "--to",
+        new.to_str().unwrap(),
+        "examples/website.yaml",
+        "examples/myapp.yaml",
+    ]);
+    assert_eq!(code, 0, "the Rules render what the files do: {out}");
+}

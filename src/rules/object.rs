@@ -302,4 +302,16 @@ mod tests {
         assert_eq!(p.path, "spec.watch.version");
         assert!(p.message.starts_with("bad"), "{}", p.message);
     }
+
+    #[test]
+    fn a_shipped_rule_as_a_rule_object_is_the_same_rule() {
+        let text = include_str!("../../rules/website.yaml");
+        let (rules, errors) = load_str(text, std::path::Path::new("website.yaml"));
+        assert!(errors.is_empty());
+        let mut spec: Value = serde_yaml::from_str(text).unwrap();
+        let name = spec.as_object_mut().unwrap().remove("name").unwrap();
+        let obj = json!({"metadata": {"name": name, "uid": "u", "generation": 1}, "spec": spec});
+        let load = load_object(&obj);
+        assert_eq!(load.rule.unwrap().fingerprint, rules[0].fingerprint);
+    }
 }
