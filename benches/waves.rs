@@ -14,7 +14,7 @@
 //! Env: RULEOP_BENCH_N (default 1000), RULEOP_BENCH_STEADY_SECONDS (60),
 //! RULEOP_BENCH_ROUNDS (3), RULEOP_BENCH_SYSTEMS (default:
 //! ruleop,ruleop-warnings,controller-runtime,kopf,kro; the floor always runs; also
-//! available: ruleop-c<N> (`--concurrency=<N>`), ruleop-1t, floor+conditions, floor-min (only the changed Deployment applied in the update wave, the status by merge patch), and ruleop-before / ruleop-alt from
+//! available: ruleop-c<N> (`--concurrency=<N>`), ruleop-1t, ruleop-rule (the rule as a Rule object), floor+conditions, floor-min (only the changed Deployment applied in the update wave, the status by merge patch), and ruleop-before / ruleop-alt from
 //! target/bench/bin), RULEOP_BENCH_LOG (ruleop's RUST_LOG, default warn; the log goes to
 //! target/bench/logs/), RULEOP_BENCH_DEBUG=1 (writes per
 //! resource), RULEOP_BENCH_PROFILE=SECONDS (a pprof CPU profile of the API server and a

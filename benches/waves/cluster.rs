@@ -101,8 +101,35 @@ pub(crate) fn fresh_cluster_with(system: &str, minimal: bool) -> Result<String, 
             "--timeout=60s",
         ]))?;
     }
+    if system == "ruleop-rule" {
+        install_website_rule(&kc)?;
+    }
     sh(Command::new("kubectl").args(["--kubeconfig", &kc, "create", "namespace", NS]))?;
     Ok(kc)
+}
+
+/// `ruleop-rule`: the Rule kind, and the WebSite rule as a Rule object (what `make run`
+/// does), before ruleop starts.
+fn install_website_rule(kc: &str) -> Result<(), String> {
+    let crd = format!("{ROOT}/deploy/crds/rules.ruleop.dev.yaml");
+    sh(Command::new("kubectl").args(["--kubeconfig", kc, "apply", "-f", &crd]))?;
+    sh(Command::new("kubectl").args([
+        "--kubeconfig",
+        kc,
+        "wait",
+        "--for=condition=Established",
+        "crd/rules.ruleop.dev",
+        "--timeout=60s",
+    ]))?;
+    let rule = sh(Command::new(format!("{ROOT}/target/release/ruleop")).args([
+        "rule",
+        "--rules",
+        &format!("{ROOT}/rules/website.yaml"),
+    ]))?;
+    let f = cluster_dir().join("website-rule.yaml");
+    std::fs::write(&f, rule).map_err(|e| e.to_string())?;
+    sh(Command::new("kubectl").args(["--kubeconfig", kc, "apply", "-f"]).arg(&f))?;
+    Ok(())
 }
 
 /// kro: the ResourceGraphDefinition, then wait until kro serves the WebSite kind.

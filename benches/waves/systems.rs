@@ -101,7 +101,12 @@ pub(crate) fn start_logged(system: &str, kc: &str, log: &str) -> Result<Option<C
         _ if concurrency.is_some()
             || matches!(
                 system,
-                "ruleop" | "ruleop-warnings" | "ruleop-1t" | "ruleop-before" | "ruleop-alt"
+                "ruleop"
+                    | "ruleop-warnings"
+                    | "ruleop-1t"
+                    | "ruleop-before"
+                    | "ruleop-alt"
+                    | "ruleop-rule"
             ) =>
         {
             // `ruleop-before` (a binary of an earlier commit) and `ruleop-alt` (a variant
@@ -114,15 +119,11 @@ pub(crate) fn start_logged(system: &str, kc: &str, log: &str) -> Result<Option<C
                 return Err(format!("{bin} not there"));
             }
             let mut c = Command::new(bin);
-            c.args([
-                "run",
-                "--rules",
-                &format!("{ROOT}/rules/website.yaml"),
-                "--namespace",
-                NS,
-                "--admin-addr",
-                ADMIN_ADDR,
-            ]);
+            c.args(["run", "--namespace", NS, "--admin-addr", ADMIN_ADDR]);
+            // `ruleop-rule`: the rule as a Rule object (installed with the cluster).
+            if system != "ruleop-rule" {
+                c.args(["--rules", &format!("{ROOT}/rules/website.yaml")]);
+            }
             if system == "ruleop-warnings" {
                 c.arg("--events=warnings");
             }
