@@ -128,7 +128,9 @@ fn install_website_rule(kc: &str) -> Result<(), String> {
     ]))?;
     let f = cluster_dir().join("website-rule.yaml");
     std::fs::write(&f, rule).map_err(|e| e.to_string())?;
-    sh(Command::new("kubectl").args(["--kubeconfig", kc, "apply", "-f"]).arg(&f))?;
+    sh(Command::new("kubectl")
+        .args(["--kubeconfig", kc, "apply", "-f"])
+        .arg(&f))?;
     Ok(())
 }
 
