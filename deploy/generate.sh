@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates deploy/crds/ (`ruleop crd`, the Rule kind's by `ruleop crd --rule-kind`), deploy/rbac.yaml (`ruleop rbac`) and
-# deploy/rules-configmap.yaml from rules/, and examples/rules.yaml (the rules as Rule objects).
+# deploy/rules-configmap.yaml from rules/, examples/rules.yaml (the rules as Rule objects), and the
+# per-rule form in examples/per-rule/ (each shipped rule as a Rule running as its own ServiceAccount,
+# ruleop-<rule> in ruleop-system, and `ruleop rbac --per-rule` for them).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -13,4 +15,17 @@ cargo run --quiet -- rbac --rules rules/ --crd deploy/crds/websites.sre.example.
   kubectl create configmap ruleop-rules --namespace ruleop-system --from-file=rules/ --dry-run=client -o yaml
 } >deploy/rules-configmap.yaml
 cargo run --quiet -- rule --rules rules/ >examples/rules.yaml
-echo "regenerated deploy/crds/, deploy/rbac.yaml, deploy/rules-configmap.yaml and examples/rules.yaml"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+mkdir "$tmp/rules"
+for f in rules/*.yaml; do
+  name="$(sed -n 's/^name: *//p' "$f" | head -1)"
+  { cat "$f"; echo "serviceAccount: {name: ruleop-$name, namespace: ruleop-system}"; } >"$tmp/rules/$(basename "$f")"
+done
+per_rule() { (cd "$tmp" && cargo run --quiet --manifest-path "$repo/Cargo.toml" -- "$@"); }
+# Only the rules' own accounts and roles, and ruleop's `impersonate` on them: the rest of what
+# `rbac --per-rule` prints is the base's (the overlay shrinks its ClusterRole ruleop).
+per_rule rbac --per-rule --rules rules/ --crd "$repo/deploy/crds/websites.sre.example.com.yaml" --crd "$repo/deploy/crds/myapps.myscheme.example.com.yaml" |
+  awk 'BEGIN { RS = "---\n"; ORS = "" } NR == 1 { print; next } /\n  name: ruleop-(rule-|impersonate)|^apiVersion: v1\nkind: ServiceAccount/ { print "---\n" $0 }' >examples/per-rule/rbac.yaml
+per_rule rule --rules rules/ >examples/per-rule/rules.yaml
+echo "regenerated deploy/crds/, deploy/rbac.yaml, deploy/rules-configmap.yaml, examples/rules.yaml and examples/per-rule/"

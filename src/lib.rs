@@ -5,11 +5,13 @@
 //! → [`reconcile`] (one custom resource, through the steps) → [`operator`] (a controller
 //! per rule, leadership, reload) → [`cli`]. Beside it, each a folder of its own: the kind's
 //! schema ([`schema`], below the rules), every request's path ([`client`]), the watch
-//! caches ([`cache`]) and [`events`]. A module uses only those before it in this order
-//! (`tests/layout.rs` checks it): suggest, metrics, client, schema, rules, render, apply,
-//! status, ruletest, cache, events, reconcile, operator, rbac, cli.
+//! caches ([`cache`]), [`events`], and what a rule may do ([`access`]: the permissions it
+//! needs, checked as its identity). A module uses only those before it in this order
+//! (`tests/layout.rs` checks it): suggest, metrics, client, schema, rules, access, render,
+//! apply, status, rollout, ruletest, cache, events, reconcile, operator, rbac, cli.
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod apply;
 pub mod cache;
 pub mod cli;

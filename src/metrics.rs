@@ -14,6 +14,20 @@ pub struct RuleLabels {
     pub rule: String,
 }
 
+/// Who a request was made as: `ruleop` (its own account) or the ServiceAccount a rule
+/// names (`system:serviceaccount:NS:NAME`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IdentityLabels {
+    pub identity: String,
+}
+
+/// A rule and the identity it runs as.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleIdentityLabels {
+    pub rule: String,
+    pub identity: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RevisionLabels {
     pub rule: String,
@@ -54,6 +68,12 @@ pub struct Metrics {
     /// resources are Ready on the new revision.
     pub rollout_step: Family<RuleLabels, Gauge>,
     pub rollout_updated: Family<RuleLabels, Gauge>,
+    /// Requests sent, by the identity they were made as.
+    pub identity_requests: Family<IdentityLabels, Counter>,
+    /// 1 for each running rule, labelled with the identity it runs as.
+    pub rule_identity: Family<RuleIdentityLabels, Gauge>,
+    /// Permissions a rule's identity lacks (0 once it has them all): the rule waits.
+    pub rule_missing_permissions: Family<RuleLabels, Gauge>,
     pub rule_load_failures: Counter,
     pub rule_load_errors: Gauge,
     pub rules_running: Gauge,
@@ -84,6 +104,24 @@ impl Default for Metrics {
         let rule_info = Family::<RevisionLabels, Gauge>::default();
         let rollout_step = Family::<RuleLabels, Gauge>::default();
         let rollout_updated = Family::<RuleLabels, Gauge>::default();
+        let identity_requests = Family::<IdentityLabels, Counter>::default();
+        let rule_identity = Family::<RuleIdentityLabels, Gauge>::default();
+        let rule_missing_permissions = Family::<RuleLabels, Gauge>::default();
+        registry.register(
+            "identity_requests",
+            "Requests sent to the API server, by the identity they were made as (ruleop, or a rule's ServiceAccount by impersonation)",
+            identity_requests.clone(),
+        );
+        registry.register(
+            "rule_identity",
+            "1 for each running rule, with the identity its requests are made as",
+            rule_identity.clone(),
+        );
+        registry.register(
+            "rule_missing_permissions",
+            "Permissions a rule's ServiceAccount lacks (the rule is not started until it has them all)",
+            rule_missing_permissions.clone(),
+        );
         let rule_load_failures = Counter::default();
         let rule_load_errors = Gauge::default();
         let rules_running = Gauge::default();
@@ -196,6 +234,9 @@ impl Default for Metrics {
             rule_info,
             rollout_step,
             rollout_updated,
+            identity_requests,
+            rule_identity,
+            rule_missing_permissions,
             rule_load_failures,
             rule_load_errors,
             rules_running,

@@ -5,6 +5,7 @@
 //! existing objects a rule reads; Events on the custom resources; the
 //! leader Lease and the inventory ConfigMap in the operator's own namespace. Nothing else.
 
+use crate::access::{self, policy_rules};
 use crate::operator::inventory::INVENTORY;
 use crate::rules::CompiledRule;
 use serde_json::{Value, json};
@@ -54,118 +55,110 @@ pub fn without_status_subresource(crds: &[Value]) -> BTreeSet<(String, String, S
         .collect()
 }
 
-const READ: &[&str] = &["get", "list", "watch"];
-const CHILD: &[&str] = &[
-    "get", "list", "watch", "create", "update", "patch", "delete",
-];
-const STATUS: &[&str] = &["get", "patch", "update"];
-const FINALIZERS: &[&str] = &["update"];
-const EVENTS: &[&str] = &["create", "patch"];
 const LEASES: &[&str] = &["get", "list", "watch", "create", "update", "patch"];
 
-/// The resource name of a kind, as the API server guesses it when it has nothing better
-/// (lowercase plural). Discovery gives the truth at run time; this is for generating RBAC
-/// with no cluster, and agrees with it for every built-in kind.
-pub fn plural_of(kind: &str) -> String {
-    let k = kind.to_lowercase();
-    if k.ends_with("endpoints") {
-        return k;
-    }
-    if let Some(stem) = k.strip_suffix('y')
-        && !stem.ends_with(['a', 'e', 'i', 'o', 'u'])
-    {
-        return format!("{stem}ies");
-    }
-    if k.ends_with('s')
-        || k.ends_with('x')
-        || k.ends_with('z')
-        || k.ends_with("ch")
-        || k.ends_with("sh")
-    {
-        return format!("{k}es");
-    }
-    format!("{k}s")
-}
+pub use crate::access::plural_of;
 
-/// (group, resource) → verbs.
-fn permissions(
-    rules: &[Arc<CompiledRule>],
-    t: &Target,
-) -> BTreeMap<(String, String), BTreeSet<&'static str>> {
-    let mut p: BTreeMap<(String, String), BTreeSet<&'static str>> = BTreeMap::new();
-    let mut add = |g: &str, r: String, verbs: &[&'static str]| {
-        p.entry((g.to_string(), r))
-            .or_default()
-            .extend(verbs.iter().copied());
-    };
+/// (group, resource) → verbs, for every rule.
+fn permissions(rules: &[Arc<CompiledRule>], t: &Target) -> access::Permissions {
+    let mut p = access::Permissions::new();
     for rule in rules {
-        add(&rule.watch.group, rule.watch.resource.clone(), READ);
-        let w = &rule.watch;
-        if t.without_status_subresource.contains(&(
-            w.group.clone(),
-            w.resource.clone(),
-            w.version.clone(),
-        )) {
-            add(&w.group, w.resource.clone(), STATUS);
-        }
-        add(
-            &rule.watch.group,
-            format!("{}/status", rule.watch.resource),
-            STATUS,
-        );
-        add(
-            &rule.watch.group,
-            format!("{}/finalizers", rule.watch.resource),
-            FINALIZERS,
-        );
-        // ruleop's finalizers (ordered deletion, orphaned children) are set on the resource
-        // itself, and must be releasable whatever the rule asks now: a rule that drops
-        // `deletion: Ordered` still has resources holding its finalizer.
-        add(&w.group, w.resource.clone(), &["patch"]);
-        for c in &rule.children {
-            add(c.group(), plural_of(&c.kind), CHILD);
-        }
-        // Existing objects are only read (and watched, to follow their changes).
-        for e in &rule.existing {
-            add(e.group(), plural_of(&e.kind), READ);
-        }
+        access::add_needs(&mut p, rule, status_on_object(rule, t), &|_, k| {
+            plural_of(k)
+        });
     }
-    add("events.k8s.io", "events".into(), EVENTS);
     p
 }
 
-/// Policy rules, one per (group, verbs), resources merged and sorted.
-fn policy_rules(perms: &BTreeMap<(String, String), BTreeSet<&'static str>>) -> Vec<Value> {
-    let mut grouped: BTreeMap<(String, Vec<&str>), Vec<String>> = BTreeMap::new();
-    for ((g, r), verbs) in perms {
-        grouped
-            .entry((g.clone(), verbs.iter().copied().collect()))
-            .or_default()
-            .push(r.clone());
-    }
-    grouped
-        .into_iter()
-        .map(|((g, verbs), resources)| json!({"apiGroups": [g], "resources": resources, "verbs": verbs}))
-        .collect()
+/// Whether the rule's watched kind has no status subresource (its status is written
+/// through the object).
+fn status_on_object(rule: &CompiledRule, t: &Target) -> bool {
+    let w = &rule.watch;
+    t.without_status_subresource
+        .contains(&(w.group.clone(), w.resource.clone(), w.version.clone()))
 }
 
-/// The RBAC objects, in apply order.
+/// A Role and its RoleBinding in `namespace`, or (None) a ClusterRole and its
+/// ClusterRoleBinding, named `name`, granting `rules` to `subjects`.
+fn role_and_binding(
+    namespace: Option<&str>,
+    name: &str,
+    rules: Vec<Value>,
+    subjects: &Value,
+) -> [Value; 2] {
+    let (role, binding, meta) = match namespace {
+        None => ("ClusterRole", "ClusterRoleBinding", json!({"name": name})),
+        Some(ns) => (
+            "Role",
+            "RoleBinding",
+            json!({"name": name, "namespace": ns}),
+        ),
+    };
+    [
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": role, "metadata": meta, "rules": rules}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": binding, "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role, "name": name}, "subjects": subjects}),
+    ]
+}
+
+/// For each rule that names a ServiceAccount: the account, a Role (or ClusterRole) with
+/// exactly what the rule needs and its binding; and for ruleop's own account,
+/// `impersonate` on exactly those accounts (a Role in each of their namespaces).
+fn identities(rules: &[Arc<CompiledRule>], t: &Target, ruleop: &Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut accounts: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for rule in rules {
+        let Some(id) = &rule.identity else { continue };
+        if accounts.entry(&id.namespace).or_default().insert(&id.name) {
+            out.push(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": id.name, "namespace": id.namespace}}));
+        }
+        let subject =
+            json!([{"kind": "ServiceAccount", "name": id.name, "namespace": id.namespace}]);
+        let name = format!("{}-rule-{}", t.name, rule.name);
+        let perms = access::needs(rule, status_on_object(rule, t));
+        out.extend(role_and_binding(
+            t.namespace.as_deref(),
+            &name,
+            policy_rules(&perms),
+            &subject,
+        ));
+    }
+    for (ns, names) in accounts {
+        let rules = vec![
+            json!({"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": names, "verbs": ["impersonate"]}),
+        ];
+        out.extend(role_and_binding(
+            Some(ns),
+            &format!("{}-impersonate", t.name),
+            rules,
+            ruleop,
+        ));
+    }
+    out
+}
+
+/// The RBAC objects, in apply order. A rule that names a ServiceAccount runs as it: what
+/// it needs is granted to that account alone, never to ruleop's own.
 pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
     let subject = json!([{"kind": "ServiceAccount", "name": t.service_account, "namespace": t.operator_namespace}]);
-    let rules_json = policy_rules(&permissions(rules, t));
+    let own: Vec<Arc<CompiledRule>> = rules
+        .iter()
+        .filter(|r| r.identity.is_none())
+        .cloned()
+        .collect();
+    let mut perms = permissions(&own, t);
+    // Events on the Rules (a rollout's), and on the resources of ruleop's own rules.
+    perms
+        .entry(("events.k8s.io".into(), "events".into()))
+        .or_default()
+        .extend(access::EVENTS);
     let mut out = Vec::new();
-    match &t.namespace {
-        None => {
-            out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": t.name}, "rules": rules_json}));
-            out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": t.name},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": t.name}, "subjects": subject}));
-        }
-        Some(ns) => {
-            out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": t.name, "namespace": ns}, "rules": rules_json}));
-            out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": t.name, "namespace": ns},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": t.name}, "subjects": subject}));
-        }
-    }
+    out.extend(role_and_binding(
+        t.namespace.as_deref(),
+        &t.name,
+        policy_rules(&perms),
+        &subject,
+    ));
     if t.install_crds && rules.iter().any(|r| r.crd.is_some()) {
         // (With no schema there is no CRD to install: an empty `resourceNames` would
         // grant every CRD, so nothing is granted.)
@@ -215,6 +208,7 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
         ]}));
     out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": lease, "namespace": t.operator_namespace},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": lease}, "subjects": subject}));
+    out.extend(identities(rules, t, &subject));
     out
 }
 
@@ -231,23 +225,6 @@ mod tests {
             namespace: None,
             without_status_subresource: BTreeSet::new(),
             install_crds: false,
-        }
-    }
-
-    #[test]
-    fn plurals_match_the_api_servers_for_built_in_kinds() {
-        for (k, p) in [
-            ("Deployment", "deployments"),
-            ("Service", "services"),
-            ("ConfigMap", "configmaps"),
-            ("Ingress", "ingresses"),
-            ("NetworkPolicy", "networkpolicies"),
-            ("StatefulSet", "statefulsets"),
-            ("Endpoints", "endpoints"),
-            ("PodDisruptionBudget", "poddisruptionbudgets"),
-            ("Gateway", "gateways"),
-        ] {
-            assert_eq!(plural_of(k), p);
         }
     }
 

@@ -17,6 +17,7 @@ const LAYERS: &[&str] = &[
     "client",
     "schema",
     "rules",
+    "access",
     "render",
     "apply",
     "status",

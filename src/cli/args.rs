@@ -128,6 +128,13 @@ pub(super) struct RbacArgs {
     /// the rules' CRDs (a ClusterRole: CRDs are cluster-scoped).
     #[arg(long)]
     pub(super) install_crds: bool,
+    /// Every rule runs as its own ServiceAccount (`serviceAccount:` in each rule): print,
+    /// for each, the account, a role with exactly what it needs and the binding; ruleop's
+    /// own role keeps only the Rules, its Lease, Events, its inventory and `impersonate` on
+    /// those accounts. A rule without `serviceAccount` is an error. (Without this flag,
+    /// rules that name an account get the same; the others share ruleop's own role.)
+    #[arg(long)]
+    pub(super) per_rule: bool,
 }
 
 #[derive(Args, Debug)]

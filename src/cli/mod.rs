@@ -115,6 +115,20 @@ fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     };
     let crds = read_crds(&args.crd)?;
+    let without: Vec<&crate::rules::CompiledRule> = loaded
+        .iter()
+        .filter(|r| r.identity.is_none())
+        .map(|r| &**r)
+        .collect();
+    if args.per_rule && !without.is_empty() {
+        for r in without {
+            eprintln!(
+                "{}: error: rule {:?} names no ServiceAccount, and --per-rule runs every rule as its own\n  fix: add to the rule `serviceAccount: {{name: {}-{}, namespace: {}}}` (or drop --per-rule: it then shares ruleop's own role)",
+                r.at, r.name, args.name, r.name, args.operator_namespace
+            );
+        }
+        return Ok(ExitCode::FAILURE);
+    }
     let target = crate::rbac::Target {
         name: args.name,
         service_account: args.service_account,

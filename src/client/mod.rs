@@ -25,7 +25,7 @@ use tower::util::option_layer;
 /// What stands between ruleop's requests and the API server: the token bucket (`--qps`,
 /// `--burst`) and the gate (`--max-in-flight`, the leader fence, the request count). The
 /// leader election's own client has neither.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Guard {
     pub limiter: Option<Arc<limiter::Limiter>>,
     pub gate: Option<Arc<gate::Gate>>,
@@ -40,6 +40,17 @@ pub async fn build(
     identity: &str,
     guard: Guard,
 ) -> Result<kube::Client, kube::Error> {
+    build_as(watch_timeout, identity, guard, None).await
+}
+
+/// As [`build`], every request made as `act_as` (a user name, by impersonation: the
+/// `Impersonate-User` header) when given, and counted under it when `counted` is given.
+pub async fn build_as(
+    watch_timeout: u32,
+    identity: &str,
+    guard: Guard,
+    act_as: Option<(&str, prometheus_client::metrics::counter::Counter)>,
+) -> Result<kube::Client, kube::Error> {
     let mut config = kube::Config::infer()
         .await
         .map_err(kube::Error::InferConfig)?;
@@ -52,10 +63,81 @@ pub async fn build(
     )) {
         config.headers.push((http::header::USER_AGENT, agent));
     }
+    let mut counted = None;
+    if let Some((user, counter)) = act_as {
+        // (A rule's account is checked at load: its name is always a header value.)
+        let user = http::HeaderValue::from_str(user)
+            .map_err(|e| kube::Error::HttpError(http::Error::from(e)))?;
+        config
+            .headers
+            .push((http::HeaderName::from_static("impersonate-user"), user));
+        counted = Some(counter);
+    }
     let builder = kube::client::ClientBuilder::try_from(config)?;
     // The bucket is the outer layer: a request takes its token in turn, then goes through
     // the gate (its slot, the fence, the count).
     let gated = option_layer(guard.gate.map(gate::GateLayer));
     let limited = option_layer(guard.limiter.map(limiter::LimitLayer));
-    Ok(builder.with_layer(&gated).with_layer(&limited).build())
+    let count = option_layer(counted.map(|c| {
+        tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+            c.inc();
+            req
+        })
+    }));
+    Ok(builder
+        .with_layer(&gated)
+        .with_layer(&limited)
+        .with_layer(&count)
+        .build())
+}
+
+/// The clients of the rules that name a ServiceAccount: one per account (its rules share
+/// its connections), each behind the same limiter and gate as ruleop's own.
+pub struct Clients {
+    watch_timeout: u32,
+    identity: String,
+    guard: Guard,
+    metrics: Arc<crate::metrics::Metrics>,
+    made: tokio::sync::Mutex<std::collections::HashMap<String, kube::Client>>,
+}
+
+impl Clients {
+    pub fn new(
+        watch_timeout: u32,
+        identity: &str,
+        guard: Guard,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Clients {
+        Clients {
+            watch_timeout,
+            identity: identity.to_string(),
+            guard,
+            metrics,
+            made: Default::default(),
+        }
+    }
+
+    /// The client whose every request is made as `user`.
+    pub async fn acting_as(&self, user: &str) -> Result<kube::Client, kube::Error> {
+        let mut made = self.made.lock().await;
+        if let Some(c) = made.get(user) {
+            return Ok(c.clone());
+        }
+        let counter = self
+            .metrics
+            .identity_requests
+            .get_or_create(&crate::metrics::IdentityLabels {
+                identity: user.to_string(),
+            })
+            .clone();
+        let c = build_as(
+            self.watch_timeout,
+            &self.identity,
+            self.guard.clone(),
+            Some((user, counter)),
+        )
+        .await?;
+        made.insert(user.to_string(), c.clone());
+        Ok(c)
+    }
 }

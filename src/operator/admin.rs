@@ -15,12 +15,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A running rule as the admin server reports it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RuleHealth {
     pub name: String,
     pub source: String,
     pub fingerprint: String,
     pub synced: Arc<AtomicBool>,
+    /// The ServiceAccount it runs as (`namespace/name`); None: ruleop's own.
+    pub identity: Option<String>,
+    pub info: Arc<super::runner::RuleInfo>,
+}
+
+impl RuleHealth {
+    /// Why the rule waits to start (its ServiceAccount lacks permissions), in a line.
+    fn blocked(&self) -> Option<String> {
+        let who = self.identity.as_deref()?;
+        Some(self.info.blocked()?.describe(who))
+    }
 }
 
 /// What the admin endpoints report; written by the supervisor.
@@ -46,6 +57,11 @@ struct RuleDoc {
     source: String,
     fingerprint: String,
     synced: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    identity: Option<String>,
+    /// Why it is not started: what its ServiceAccount lacks, and the fix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    not_started: Option<String>,
 }
 
 impl Health {
@@ -61,12 +77,17 @@ impl Health {
                         source: h.source.clone(),
                         fingerprint: h.fingerprint.clone(),
                         synced: h.synced.load(Ordering::SeqCst),
+                        identity: h.identity.clone(),
+                        not_started: h.blocked(),
                     })
                     .collect()
             })
             .unwrap_or_default();
         let loaded = self.loaded.load(Ordering::SeqCst);
-        let ready = loaded && (!leader || rules.iter().all(|r| r.synced));
+        // A rule waiting for its ServiceAccount's permissions is reported, and does not
+        // hold the others' readiness.
+        let ready =
+            loaded && (!leader || rules.iter().all(|r| r.synced || r.not_started.is_some()));
         StatusDoc {
             ready,
             leader,
@@ -103,10 +124,10 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
         body.push_str(&format!(
             "rule {}: {}\n",
             r.name,
-            if r.synced {
-                "synced"
-            } else {
-                "not synced (watches listing, or kind not served yet)"
+            match (&r.not_started, r.synced) {
+                (Some(why), _) => format!("not started: {why}"),
+                (None, true) => "synced".into(),
+                (None, false) => "not synced (watches listing, or kind not served yet)".into(),
             }
         ));
     }

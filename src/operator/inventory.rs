@@ -308,9 +308,12 @@ pub enum Retire {
 /// even while a cleanup is pending); each retired kind leaves it once its children are
 /// gone. Kinds whose cleanup fails (a 403: the RBAC of the new rules no longer covers the
 /// kind) are retried with backoff, counted in `ruleop_retired_kinds_pending`, until they
-/// succeed or the rule stops.
+/// succeed or the rule stops. The children are deleted with `children` (the rule's client:
+/// as its ServiceAccount when it names one).
+#[allow(clippy::too_many_arguments)]
 pub async fn retire(
     inventory: Inventory,
+    children: Client,
     rule: std::sync::Arc<CompiledRule>,
     parent_kind: String,
     namespace: Option<String>,
@@ -342,7 +345,7 @@ pub async fn retire(
             let mut failed = None;
             for m in &go {
                 match clean_up(
-                    &inventory.client,
+                    &children,
                     &rule,
                     &parent_kind,
                     m,

@@ -179,6 +179,12 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         limiter: client::limiter::Limiter::new(args.qps, args.burst, metrics.clone()),
         gate: Some(gate),
     };
+    let clients = Arc::new(client::Clients::new(
+        args.watch_timeout_seconds,
+        &me,
+        guard.clone(),
+        metrics.clone(),
+    ));
     let client = client::build(args.watch_timeout_seconds, &me, guard)
         .await
         .map_err(RunError::Client)?;
@@ -237,6 +243,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         event_pace: client::limiter::Pace::new(args.event_qps, 100),
         event_quiet: Some(busy),
         rules: objects.as_ref().map(|o| o.store.clone()),
+        clients,
     };
     let rule_api: kube::Api<kube::api::DynamicObject> =
         kube::Api::all_with(process.client.clone(), &objects::resource());

@@ -18,6 +18,9 @@ pub struct Running {
     /// The revision in force, and the rollout's progress, once known.
     pub revision: Option<i64>,
     pub rollout: Option<Value>,
+    /// The ServiceAccount it runs as (`namespace/name`), and why it waits to start.
+    pub identity: Option<String>,
+    pub blocked: Option<super::runner::parts::Blocked>,
 }
 
 /// One condition, without its time.
@@ -64,6 +67,17 @@ pub fn desired(v: &ObjectVerdict, running: Option<&Running>) -> Value {
                 .into(),
             v.generation,
         ),
+        Some(Running {
+            identity: Some(who),
+            blocked: Some(b),
+            ..
+        }) => condition(
+            "Ready",
+            false,
+            "Forbidden",
+            format!("not started: {}", b.describe(who)),
+            v.generation,
+        ),
         Some(r) if !r.synced => condition(
             "Ready",
             false,
@@ -102,19 +116,41 @@ pub fn desired(v: &ObjectVerdict, running: Option<&Running>) -> Value {
         }
         // A rule with no rollout in progress has none in its status (null: removed).
         status["rollout"] = r.rollout.clone().unwrap_or(Value::Null);
+        status["identity"] = identity(r);
     }
     status
+}
+
+/// `status.identity`: the ServiceAccount, what it lacks and what would grant it (null
+/// for a rule that runs as ruleop).
+fn identity(r: &Running) -> Value {
+    use super::runner::parts::Blocked;
+    let Some(who) = &r.identity else {
+        return Value::Null;
+    };
+    // (Nulls: a merge patch removes what an earlier status said.)
+    let mut v =
+        json!({"serviceAccount": who, "missing": null, "grant": null, "cannotImpersonate": null});
+    match &r.blocked {
+        Some(Blocked::Missing(m)) => {
+            v["missing"] = json!(m);
+            v["grant"] = json!(crate::access::review::grant(m));
+        }
+        Some(Blocked::CannotImpersonate(msg)) => v["cannotImpersonate"] = json!(msg),
+        None => {}
+    }
+    v
 }
 
 /// Whether `current` already says all `desired` says (a key `desired` sets to null is
 /// absent from it): a merge patch of `desired` would change nothing.
 fn says(current: &Value, desired: &Value) -> bool {
-    let Some(d) = desired.as_object() else {
+    let (Some(d), Some(c)) = (desired.as_object(), current.as_object()) else {
         return current == desired;
     };
-    d.iter().all(|(k, v)| match current.get(k) {
+    d.iter().all(|(k, v)| match c.get(k) {
         None => v.is_null(),
-        Some(c) => c == v,
+        Some(c) => says(c, v),
     })
 }
 
@@ -158,6 +194,8 @@ pub async fn write_all(
                 resources: t.info.resources(),
                 revision: t.info.revision.get().copied(),
                 rollout: t.info.rollout(),
+                identity: t.rule.identity.as_ref().map(|i| i.to_string()),
+                blocked: t.info.blocked(),
             })
         });
         let key = kube::runtime::reflector::ObjectRef::new_with(&name, super::objects::resource());
@@ -231,6 +269,8 @@ mod tests {
             resources: Some(2),
             revision: None,
             rollout: None,
+            identity: None,
+            blocked: None,
         };
         let first = with_times(desired(&verdict(true), Some(&running)), &json!({}), "T1");
         assert_eq!(first["kind"], "WebSite");
@@ -248,5 +288,50 @@ mod tests {
         let broken = with_times(desired(&verdict(false), Some(&running)), &first, "T3");
         assert_eq!(broken["conditions"][0]["lastTransitionTime"], "T3");
         assert_eq!(broken["conditions"][1]["lastTransitionTime"], "T1");
+    }
+
+    #[test]
+    fn a_rule_whose_account_lacks_permissions_says_which_and_the_fix_then_forgets_them() {
+        use crate::access::review::Missing;
+        use crate::operator::runner::parts::Blocked;
+        let missing = vec![Missing {
+            api_group: "".into(),
+            resource: "services".into(),
+            verb: "create".into(),
+            namespace: Some("shop".into()),
+        }];
+        let mut running = Running {
+            generation: 3,
+            synced: false,
+            kind: Some("WebSite".into()),
+            resources: None,
+            revision: None,
+            rollout: None,
+            identity: Some("team-a/web".into()),
+            blocked: Some(Blocked::Missing(missing)),
+        };
+        let blocked = with_times(desired(&verdict(true), Some(&running)), &json!({}), "T1");
+        let ready = &blocked["conditions"][1];
+        assert_eq!(ready["reason"], "Forbidden");
+        let m = ready["message"].as_str().unwrap();
+        assert!(
+            m.contains("team-a/web may not create services (core) in namespace shop"),
+            "{m}"
+        );
+        assert_eq!(blocked["identity"]["missing"][0]["verb"], "create");
+        assert_eq!(
+            blocked["identity"]["grant"][0]["resources"],
+            json!(["services"])
+        );
+        // Granted: the status written before no longer says it (the merge patch's nulls
+        // remove the list), and once it is written, it does.
+        running.blocked = None;
+        running.synced = true;
+        let granted = with_times(desired(&verdict(true), Some(&running)), &blocked, "T2");
+        assert!(!says(&blocked, &granted));
+        let mut stored = blocked.clone();
+        json_patch::merge(&mut stored, &granted);
+        assert!(stored["identity"].get("missing").is_none(), "{stored}");
+        assert!(says(&stored, &granted));
     }
 }

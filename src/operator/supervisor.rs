@@ -115,6 +115,8 @@ impl Supervisor {
                     source: t.rule.at.to_string(),
                     fingerprint: t.rule.fingerprint.clone(),
                     synced: t.synced.clone(),
+                    identity: t.rule.identity.as_ref().map(|i| i.to_string()),
+                    info: t.info.clone(),
                 })
                 .collect();
         }

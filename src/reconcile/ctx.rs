@@ -21,7 +21,8 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The process's shared parts, the same for every rule.
+/// The process's shared parts, the same for every rule but for the client: a rule with a
+/// ServiceAccount has one of its own ([`Process::acting_as`]).
 pub struct Process {
     pub client: Client,
     /// Asked before every write: false once this replica may no longer write.
@@ -31,6 +32,20 @@ pub struct Process {
     pub events: EventLevel,
     /// How often a healthy custom resource is checked again with no event.
     pub resync: Duration,
+}
+
+impl Process {
+    /// The same parts, every request made with `client` (a rule's, acting as its
+    /// ServiceAccount).
+    pub fn acting_as(&self, client: Client) -> Process {
+        Process {
+            client,
+            fence: self.fence.clone(),
+            metrics: self.metrics.clone(),
+            events: self.events,
+            resync: self.resync,
+        }
+    }
 }
 
 /// Each of a rule's children (or existing objects) with its kind; children of one kind

@@ -21,8 +21,8 @@ pub mod program;
 pub mod spec;
 
 pub use compile::{
-    CompiledChild, CompiledExisting, CompiledField, CompiledRule, Each, FieldSource, Find, Key,
-    Node, Source,
+    CompiledChild, CompiledExisting, CompiledField, CompiledRule, Each, FieldSource, Find,
+    Identity, Key, Node, Source,
 };
 pub use error::{LoadError, Location};
 pub use load::{FileLoad, collect_files, load_file, load_paths, load_str};

@@ -214,6 +214,7 @@ pub fn crd() -> Value {
                                 "conditions": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
                                 "problems": {"type": "array", "items": {"type": "string"}},
                                 "rollout": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                                "identity": {"type": "object", "description": "The ServiceAccount the rule runs as, the permissions it lacks and the RBAC rules that would grant them.", "x-kubernetes-preserve-unknown-fields": true},
                             },
                         },
                     },

@@ -42,6 +42,19 @@ pub struct RuleSpec {
     /// How many revisions of a Rule object are kept (ControllerRevisions); default 10.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision_history_limit: Option<u32>,
+    /// The ServiceAccount the rule runs as: every request of the rule (its watches, reads,
+    /// writes and Events) is made as this account, by impersonation, and the rule starts
+    /// only once the account holds every permission it needs. Without it, ruleop's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<ServiceAccountSpec>,
+}
+
+/// A ServiceAccount, by name and namespace (`serviceAccount`).
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ServiceAccountSpec {
+    pub name: String,
+    pub namespace: String,
 }
 
 /// A progressive rollout of each new revision (`rollout`).

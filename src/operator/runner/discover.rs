@@ -1,7 +1,7 @@
 //! Waiting for a rule's kinds to be served: discovery, retried while a kind is not
 //! (a CRD not installed yet), until the rule is stopped.
 
-use super::Options;
+use super::parts::Options;
 use crate::cache::discovery::{self, Resolved};
 use kube::Client;
 use std::time::Duration;

@@ -6,15 +6,16 @@ use super::inventory;
 use discover::{distinct_kinds, stopped, wait_for};
 
 mod discover;
+pub mod identity;
 mod loaded;
+pub mod parts;
+pub use parts::{Options, RuleInfo};
 mod rollout;
 use crate::cache::cached::Cached;
 use crate::cache::discovery;
-use crate::cache::watches::{SyncTracker, WatchScope, child_watch, existing_watch, parent_watch};
+use crate::cache::watches::{SyncTracker, child_watch, existing_watch, parent_watch};
 use crate::events::EventQueue;
-use crate::reconcile::{
-    Ctx, KindTable, Kinds, Listed, Process, Records, Router, error_policy, reconcile,
-};
+use crate::reconcile::{Ctx, KindTable, Kinds, Listed, Records, Router, error_policy, reconcile};
 use crate::rules::CompiledRule;
 use futures::StreamExt;
 use kube::runtime::controller::{Config, Controller};
@@ -27,35 +28,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-/// How a rule runs.
-#[derive(Clone)]
-pub struct Options {
-    /// What every rule shares: the client, the fence, the metrics, which Events, resync.
-    pub process: Arc<Process>,
-    /// Reconciles of this rule running at once.
-    pub concurrency: u16,
-    /// How often discovery is retried while a kind is not served.
-    pub discovery_retry: Duration,
-    /// Where the watches look, and their timeout.
-    pub scope: WatchScope,
-    /// Who the Events ruleop publishes come from.
-    pub reporter: kube::runtime::events::Reporter,
-    /// The operator's own namespace: the inventory of made kinds lives there.
-    pub state_namespace: String,
-    /// How long a newer version of a rule recorded in the cluster is waited for before this
-    /// replica's files are taken for a rollback (see [`super::versions`]).
-    pub settle: Duration,
-    /// Install each rule's CRD from its schema when it starts.
-    pub install_crds: bool,
-    /// Paces the publishing of Events (all rules share it); None: unpaced.
-    pub event_pace: Option<Arc<crate::client::limiter::Pace>>,
-    /// ruleop's converging requests in flight: an Event waits (at most a second) for a
-    /// moment with none before it is published. None: Events do not wait.
-    pub event_quiet: Option<Arc<crate::client::busy::Busy>>,
-    /// The Rule objects' cache (a rollout reads its Rule's `ruleop.dev/rollout`).
-    pub rules: Option<kube::runtime::reflector::Store<kube::api::DynamicObject>>,
-}
-
 /// How long a stopping rule waits for its in-flight reconciles.
 pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -66,36 +38,6 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-/// What a running rule shows of itself (for a Rule's status).
-#[derive(Default)]
-pub struct RuleInfo {
-    /// The watched kind, once discovery has resolved it.
-    pub kind: std::sync::OnceLock<String>,
-    /// One record per custom resource, once the rule runs.
-    records: std::sync::OnceLock<Arc<Records<crate::reconcile::outcome::Sent>>>,
-    /// The revision of a Rule object's rule, once recorded.
-    pub revision: std::sync::OnceLock<i64>,
-    /// Where its rollout stands (as the Rule's `status.rollout`).
-    rollout: std::sync::Mutex<Option<serde_json::Value>>,
-}
-
-impl RuleInfo {
-    pub fn set_rollout(&self, v: Option<serde_json::Value>) {
-        if let Ok(mut r) = self.rollout.lock() {
-            *r = v;
-        }
-    }
-
-    pub fn rollout(&self) -> Option<serde_json::Value> {
-        self.rollout.lock().ok().and_then(|r| r.clone())
-    }
-
-    /// How many custom resources the rule serves, once it runs.
-    pub fn resources(&self) -> Option<usize> {
-        self.records.get().map(|r| r.len())
     }
 }
 
@@ -124,7 +66,11 @@ impl RuleTask {
         let (stop, stop_rx) = watch::channel(false);
         let synced = Arc::new(AtomicBool::new(false));
         let info = Arc::new(RuleInfo::default());
-        let span = tracing::info_span!("rule", rule = %rule.name);
+        let identity = rule
+            .identity
+            .as_ref()
+            .map_or_else(|| "ruleop".to_string(), |i| i.user());
+        let span = tracing::info_span!("rule", rule = %rule.name, identity = %identity);
         let state = State {
             synced: synced.clone(),
             info: info.clone(),
@@ -258,7 +204,13 @@ async fn run(
     loaded: Vec<String>,
 ) {
     let State { synced, info } = state;
-    let client = opts.process.client.clone();
+    // ruleop's own requests (the CRD, the inventory, revisions, the Rule's rollout) and
+    // the rule's (its watches, children, status, Events: as its ServiceAccount if it
+    // names one).
+    let own = opts.process.client.clone();
+    let Some((process, client)) = identity::acting(&rule, &opts, &stop).await else {
+        return;
+    };
     // The CRD is installed beside the rule, tried again while it fails; the rule runs
     // against the CRD the cluster serves meanwhile.
     let _install = opts.install_crds.then(|| {
@@ -273,7 +225,7 @@ async fn run(
             tracing::error!(error = %e, "CRD not installed");
         };
         let install = super::crds::keep_installing(
-            client.clone(),
+            own.clone(),
             rule.clone(),
             opts.process.fence.clone(),
             failed,
@@ -296,7 +248,7 @@ async fn run(
         return;
     }
     let inventory = || inventory::Inventory {
-        client: client.clone(),
+        client: own.clone(),
         namespace: opts.state_namespace.clone(),
         fence: opts.process.fence.clone(),
     };
@@ -330,7 +282,7 @@ async fn run(
     };
     // A Rule object's spec is a revision: found, or recorded as the next one.
     let history = match rule.object {
-        Some(_) => match recorded(&client, &opts, &rule, &stop).await {
+        Some(_) => match recorded(&own, &opts, &rule, &stop).await {
             Some(h) => Some(h),
             None => return,
         },
@@ -340,19 +292,6 @@ async fn run(
     if let Some(r) = revision {
         let _ = info.revision.set(r);
     }
-    // Kinds the rule no longer makes are cleaned up beside the controller, until done.
-    let _cleanup = AbortOnDrop(tokio::spawn(
-        inventory::retire(
-            inventory(),
-            rule.clone(),
-            parent.resource.kind.clone(),
-            opts.scope.namespace.clone(),
-            if allowed.prune { retired } else { Vec::new() },
-            allowed.retire,
-            opts.process.metrics.clone(),
-        )
-        .in_current_span(),
-    ));
     // The revisions that render resources (the newest; in a rollout, the previous one),
     // and where the rollout stands.
     let progress = history.as_ref().and_then(|h| {
@@ -378,6 +317,30 @@ async fn run(
     else {
         return;
     };
+    // A rule with a ServiceAccount starts only once the account may do all it needs.
+    let revisions: Vec<&CompiledRule> = loaded.iter().map(|l| &*l.rule).collect();
+    let kinds_used = identity::ResolvedKinds {
+        parent: &parent,
+        children: &kinds,
+        existing: &existing_kinds,
+    };
+    if !identity::preflight(&revisions, &client, &opts, kinds_used, &info, &stop).await {
+        return;
+    }
+    // Kinds the rule no longer makes are cleaned up beside the controller, until done.
+    let _cleanup = AbortOnDrop(tokio::spawn(
+        inventory::retire(
+            inventory(),
+            client.clone(),
+            rule.clone(),
+            parent.resource.kind.clone(),
+            opts.scope.namespace.clone(),
+            if allowed.prune { retired } else { Vec::new() },
+            allowed.retire,
+            opts.process.metrics.clone(),
+        )
+        .in_current_span(),
+    ));
 
     let records = Arc::new(Records::new(usize::from(opts.concurrency)));
     let _ = info.records.set(records.clone());
@@ -447,7 +410,6 @@ async fn run(
     ) else {
         return;
     };
-    let process = opts.process.clone();
     let events = Arc::new(EventQueue::start(
         crate::events::recorder::Publisher::new(client.clone(), opts.reporter.clone()),
         process.metrics.clone(),
@@ -511,7 +473,7 @@ async fn run(
                 rules: opts.rules.clone(),
                 info: info.clone(),
                 reconcile_all,
-                client: client.clone(),
+                client: own.clone(),
                 reporter: opts.reporter.clone(),
                 metrics: process.metrics.clone(),
             };
@@ -540,6 +502,18 @@ async fn run(
         choose: choose.map(|c| c as Arc<dyn crate::reconcile::Choose>),
     };
 
+    let identity = crate::metrics::RuleIdentityLabels {
+        rule: rule.name.clone(),
+        identity: rule
+            .identity
+            .as_ref()
+            .map_or_else(|| "ruleop".to_string(), |i| i.user()),
+    };
+    process
+        .metrics
+        .rule_identity
+        .get_or_create(&identity)
+        .set(1);
     tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, revisions = loaded.len(), "rule started");
     controller
         .run(reconcile, error_policy, Arc::new(router))
@@ -562,6 +536,7 @@ async fn run(
                 revision: r.to_string(),
             });
     }
+    let _ = opts.process.metrics.rule_identity.remove(&identity);
     synced.store(false, Ordering::SeqCst);
     tracing::info!("rule stopped");
 }

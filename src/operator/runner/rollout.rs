@@ -4,7 +4,7 @@
 //! where it stands for the Rule's status, with an Event on the Rule at each step, pause,
 //! rollback and end.
 
-use super::RuleInfo;
+use super::parts::RuleInfo;
 use crate::cache::cached::Cached;
 use crate::metrics::{Metrics, RuleLabels};
 use crate::reconcile::Choose;

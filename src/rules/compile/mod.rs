@@ -10,7 +10,7 @@ use super::error::LoadError;
 use super::helpers;
 use super::lines::LineIndex;
 use super::program::{self, Program};
-use super::spec::{RuleSpec, WatchSpec};
+use super::spec::{RuleSpec, ServiceAccountSpec, WatchSpec};
 use crate::schema::crd::{KindSpec, StatusLine};
 use crate::suggest::edit_distance;
 mod child;
@@ -120,6 +120,10 @@ pub fn compile(
         .rollout
         .as_ref()
         .and_then(|r| rollout::compile_rollout(&mut c, r));
+    let identity = spec
+        .service_account
+        .as_ref()
+        .and_then(|a| check_identity(&mut c, a));
     match program {
         Some(program) if c.errors.is_empty() => Ok(CompiledRule {
             status_reads: fields
@@ -150,6 +154,7 @@ pub fn compile(
                 .revision_history_limit
                 .map_or(DEFAULT_HISTORY, |n| n as usize),
             object: None,
+            identity,
         }),
         _ => Err(c.errors),
     }
@@ -200,6 +205,41 @@ fn kind_schema(c: &mut Compiler<'_>, spec: &RuleSpec) -> (Option<Value>, Map<Str
             (None, Map::new())
         }
     }
+}
+
+/// Checks `serviceAccount`: a name and a namespace the API server would take.
+fn check_identity(c: &mut Compiler<'_>, a: &ServiceAccountSpec) -> Option<Identity> {
+    let mut ok = true;
+    for (field, value, what) in [
+        ("serviceAccount.name", &a.name, "a ServiceAccount name"),
+        ("serviceAccount.namespace", &a.namespace, "a namespace name"),
+    ] {
+        if !dns_label(value, field == "serviceAccount.name") {
+            ok = false;
+            c.error(
+                field,
+                None,
+                format!("{value:?} is not {what}"),
+                "use lowercase letters, digits and '-' (and '.' in a ServiceAccount name), starting and ending with a letter or digit, e.g. website-rule",
+            );
+        }
+    }
+    ok.then(|| Identity {
+        name: a.name.clone(),
+        namespace: a.namespace.clone(),
+    })
+}
+
+/// A DNS-1123 label (with dots: a subdomain), as the API server checks names.
+fn dns_label(s: &str, dots: bool) -> bool {
+    let max = if dots { 253 } else { 63 };
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (dots && b == b'.')
+        })
+        && s.starts_with(|ch: char| ch.is_ascii_alphanumeric())
+        && s.ends_with(|ch: char| ch.is_ascii_alphanumeric())
 }
 
 fn fingerprint(spec: &RuleSpec) -> String {

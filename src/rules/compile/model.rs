@@ -41,6 +41,28 @@ pub struct CompiledRule {
     pub history_limit: usize,
     /// The Rule object the rule came from; None for a rule from a file.
     pub object: Option<ObjectSource>,
+    /// The ServiceAccount the rule runs as; None: ruleop's own account.
+    pub identity: Option<Identity>,
+}
+
+/// The ServiceAccount a rule runs as (`serviceAccount`), its name and namespace checked.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Identity {
+    pub name: String,
+    pub namespace: String,
+}
+
+impl Identity {
+    /// The user name the API server knows the account by.
+    pub fn user(&self) -> String {
+        format!("system:serviceaccount:{}:{}", self.namespace, self.name)
+    }
+}
+
+impl std::fmt::Display for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
 }
 
 /// The Rule object (cluster-scoped, `ruleop.dev`) a rule came from.

@@ -1,0 +1,103 @@
+//! What the runner's files share: how a rule runs ([`Options`]), what a running rule shows
+//! of itself ([`RuleInfo`]), and why one waits to start ([`Blocked`]).
+
+use crate::access::review::{self, Missing};
+use crate::cache::watches::WatchScope;
+use crate::reconcile::{Process, Records};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a rule runs.
+#[derive(Clone)]
+pub struct Options {
+    /// What every rule shares: the client, the fence, the metrics, which Events, resync.
+    pub process: Arc<Process>,
+    /// Reconciles of this rule running at once.
+    pub concurrency: u16,
+    /// How often discovery is retried while a kind is not served.
+    pub discovery_retry: Duration,
+    /// Where the watches look, and their timeout.
+    pub scope: WatchScope,
+    /// Who the Events ruleop publishes come from.
+    pub reporter: kube::runtime::events::Reporter,
+    /// The operator's own namespace: the inventory of made kinds lives there.
+    pub state_namespace: String,
+    /// How long a newer version of a rule recorded in the cluster is waited for before this
+    /// replica's files are taken for a rollback (see [`super::versions`]).
+    pub settle: Duration,
+    /// Install each rule's CRD from its schema when it starts.
+    pub install_crds: bool,
+    /// Paces the publishing of Events (all rules share it); None: unpaced.
+    pub event_pace: Option<Arc<crate::client::limiter::Pace>>,
+    /// ruleop's converging requests in flight: an Event waits (at most a second) for a
+    /// moment with none before it is published. None: Events do not wait.
+    pub event_quiet: Option<Arc<crate::client::busy::Busy>>,
+    /// The Rule objects' cache (a rollout reads its Rule's `ruleop.dev/rollout`).
+    pub rules: Option<kube::runtime::reflector::Store<kube::api::DynamicObject>>,
+    /// The clients of rules that name a ServiceAccount.
+    pub clients: Arc<crate::client::Clients>,
+}
+
+/// What a running rule shows of itself (for a Rule's status).
+#[derive(Default)]
+pub struct RuleInfo {
+    /// The watched kind, once discovery has resolved it.
+    pub kind: std::sync::OnceLock<String>,
+    /// One record per custom resource, once the rule runs.
+    pub(super) records: std::sync::OnceLock<Arc<Records<crate::reconcile::outcome::Sent>>>,
+    /// The revision of a Rule object's rule, once recorded.
+    pub revision: std::sync::OnceLock<i64>,
+    /// Where its rollout stands (as the Rule's `status.rollout`).
+    rollout: std::sync::Mutex<Option<serde_json::Value>>,
+    /// Why the rule waits to start: its ServiceAccount lacks permissions.
+    blocked: std::sync::Mutex<Option<Blocked>>,
+}
+
+impl RuleInfo {
+    pub fn set_blocked(&self, b: Option<Blocked>) {
+        if let Ok(mut x) = self.blocked.lock() {
+            *x = b;
+        }
+    }
+
+    /// Why the rule waits to start, if it does.
+    pub fn blocked(&self) -> Option<Blocked> {
+        self.blocked.lock().ok().and_then(|b| b.clone())
+    }
+
+    pub fn set_rollout(&self, v: Option<serde_json::Value>) {
+        if let Ok(mut r) = self.rollout.lock() {
+            *r = v;
+        }
+    }
+
+    pub fn rollout(&self) -> Option<serde_json::Value> {
+        self.rollout.lock().ok().and_then(|r| r.clone())
+    }
+
+    /// How many custom resources the rule serves, once it runs.
+    pub fn resources(&self) -> Option<usize> {
+        self.records.get().map(|r| r.len())
+    }
+}
+
+/// Why a rule with a ServiceAccount does not run (yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocked {
+    /// The account lacks these.
+    Missing(Vec<Missing>),
+    /// ruleop may not act as the account (the API server's message).
+    CannotImpersonate(String),
+}
+
+impl Blocked {
+    /// One line: what is missing and the fix.
+    pub fn describe(&self, who: &str) -> String {
+        match self {
+            Blocked::Missing(m) => review::describe(who, m),
+            Blocked::CannotImpersonate(msg) => format!(
+                "ruleop may not act as the ServiceAccount {who}: {msg}; grant ruleop's own account `impersonate` on it (apiGroups: [\"\"], resources: [serviceaccounts], resourceNames: [its name], in its namespace; `ruleop rbac --per-rule` prints it)"
+            ),
+        }
+    }
+}
