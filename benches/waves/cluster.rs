@@ -105,7 +105,45 @@ pub(crate) fn fresh_cluster_with(system: &str, minimal: bool) -> Result<String, 
         install_website_rule(&kc)?;
     }
     sh(Command::new("kubectl").args(["--kubeconfig", &kc, "create", "namespace", NS]))?;
+    if system == "ruleop-sa" {
+        install_website_identity(&kc)?;
+    }
     Ok(kc)
+}
+
+/// The WebSite rule with a ServiceAccount of its own (`ruleop-sa`): the rule's file, at
+/// [`identity_rule`], and the account with what `ruleop rbac --per-rule` grants it.
+fn install_website_identity(kc: &str) -> Result<(), String> {
+    let text =
+        std::fs::read_to_string(format!("{ROOT}/rules/website.yaml")).map_err(|e| e.to_string())?;
+    let f = identity_rule();
+    std::fs::write(
+        &f,
+        format!("{text}serviceAccount: {{name: website-rule, namespace: {NS}}}\n"),
+    )
+    .map_err(|e| e.to_string())?;
+    let rbac = sh(Command::new(format!("{ROOT}/target/release/ruleop"))
+        .args([
+            "rbac",
+            "--per-rule",
+            "--namespace",
+            NS,
+            "--operator-namespace",
+            NS,
+            "--rules",
+        ])
+        .arg(&f))?;
+    let rbac_file = cluster_dir().join("website-identity-rbac.yaml");
+    std::fs::write(&rbac_file, rbac).map_err(|e| e.to_string())?;
+    sh(Command::new("kubectl")
+        .args(["--kubeconfig", kc, "apply", "-f"])
+        .arg(&rbac_file))?;
+    Ok(())
+}
+
+/// The rules file `ruleop-sa` runs.
+pub(crate) fn identity_rule() -> std::path::PathBuf {
+    cluster_dir().join("website-identity.yaml")
 }
 
 /// `ruleop-rule`: the Rule kind, and the WebSite rule as a Rule object (what `make run`

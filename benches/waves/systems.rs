@@ -107,6 +107,7 @@ pub(crate) fn start_logged(system: &str, kc: &str, log: &str) -> Result<Option<C
                     | "ruleop-before"
                     | "ruleop-alt"
                     | "ruleop-rule"
+                    | "ruleop-sa"
             ) =>
         {
             // `ruleop-before` (a binary of an earlier commit) and `ruleop-alt` (a variant
@@ -121,8 +122,15 @@ pub(crate) fn start_logged(system: &str, kc: &str, log: &str) -> Result<Option<C
             let mut c = Command::new(bin);
             c.args(["run", "--namespace", NS, "--admin-addr", ADMIN_ADDR]);
             // `ruleop-rule`: the rule as a Rule object (installed with the cluster).
-            if system != "ruleop-rule" {
-                c.args(["--rules", &format!("{ROOT}/rules/website.yaml")]);
+            // `ruleop-sa`: the rule runs as a ServiceAccount of its own (impersonation).
+            match system {
+                "ruleop-rule" => {}
+                "ruleop-sa" => {
+                    c.arg("--rules").arg(super::cluster::identity_rule());
+                }
+                _ => {
+                    c.args(["--rules", &format!("{ROOT}/rules/website.yaml")]);
+                }
             }
             if system == "ruleop-warnings" {
                 c.arg("--events=warnings");
