@@ -109,7 +109,7 @@ impl Default for Metrics {
         let rule_missing_permissions = Family::<RuleLabels, Gauge>::default();
         registry.register(
             "identity_requests",
-            "Requests sent to the API server, by the identity they were made as (ruleop, or a rule's ServiceAccount by impersonation)",
+            "Requests sent to the API server as a rule's ServiceAccount (by impersonation), by account; ruleop's own are in ruleop_client_requests_total",
             identity_requests.clone(),
         );
         registry.register(

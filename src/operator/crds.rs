@@ -102,9 +102,12 @@ async fn breaking(client: &Client, old: Option<&Value>, new: &Value) -> Vec<Brea
     }
 }
 
-/// Creates or updates the CRD of `rule`, refusing a breaking change.
+/// Creates or updates the CRD of `rule`, refusing a breaking change; the stored
+/// resources of the kind are read with `reader` (the rule's client: as its ServiceAccount
+/// when it names one).
 pub async fn install(
     client: &Client,
+    reader: &Client,
     rule: &CompiledRule,
     fence: &Fence,
 ) -> Result<Installed, CrdError> {
@@ -122,7 +125,7 @@ pub async fn install(
     };
     let old = served(client, new).await.map_err(err)?;
     let created = old.is_none();
-    let changes = breaking(client, old.as_ref(), new).await;
+    let changes = breaking(reader, old.as_ref(), new).await;
     if !changes.is_empty() {
         return Err(CrdError::Breaking { name, changes });
     }
@@ -159,6 +162,7 @@ pub fn retry_after(failure: &CrdError, attempt: u32) -> std::time::Duration {
 /// until dropped with its rule.
 pub async fn keep_installing(
     client: Client,
+    reader: Client,
     rule: std::sync::Arc<CompiledRule>,
     fence: std::sync::Arc<Fence>,
     failed: impl Fn(&CrdError),
@@ -166,7 +170,7 @@ pub async fn keep_installing(
     let mut last = None;
     let mut attempt = 0;
     loop {
-        let e = match install(&client, &rule, &fence).await {
+        let e = match install(&client, &reader, &rule, &fence).await {
             Ok(_) => return,
             Err(e) => e,
         };

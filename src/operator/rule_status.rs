@@ -137,6 +137,7 @@ fn identity(r: &Running) -> Value {
             v["grant"] = json!(crate::access::review::grant(m));
         }
         Some(Blocked::CannotImpersonate(msg)) => v["cannotImpersonate"] = json!(msg),
+        Some(Blocked::Unchecked(_)) => {}
         None => {}
     }
     v

@@ -102,20 +102,27 @@ pub(super) async fn preflight(
         .rule_missing_permissions
         .get_or_create(&crate::metrics::RuleLabels { rule: name })
         .clone();
+    // The gauge goes with the rule if it stops before it has every permission.
+    let mut done = Forget {
+        metrics: opts.process.metrics.clone(),
+        rule: rules[0].name.clone(),
+        armed: true,
+    };
     let mut said = None;
     loop {
         let blocked = match review::review(client, &perms, namespace, &scoped).await {
             Ok(Review::Granted) => None,
             Ok(Review::Missing(m)) => Some(Blocked::Missing(m)),
             Ok(Review::CannotImpersonate(msg)) => Some(Blocked::CannotImpersonate(msg)),
+            // Never started unchecked: what was said stands, or it waits unchecked.
             Err(e) => {
                 tracing::warn!(error = %e, identity = %id, "the access review of the rule's ServiceAccount failed; asking again");
-                said.clone()
+                Some(said.clone().unwrap_or(Blocked::Unchecked(e.to_string())))
             }
         };
         gauge.set(match &blocked {
             Some(Blocked::Missing(m)) => m.len() as i64,
-            Some(Blocked::CannotImpersonate(_)) => 1,
+            Some(Blocked::CannotImpersonate(_) | Blocked::Unchecked(_)) => 1,
             None => 0,
         });
         info.set_blocked(blocked.clone());
@@ -123,6 +130,7 @@ pub(super) async fn preflight(
             if said.is_some() {
                 tracing::info!(identity = %id, "the rule's ServiceAccount now holds every permission the rule needs; starting");
             }
+            done.armed = false;
             return true;
         };
         if said.as_ref() != Some(&b) {
@@ -132,6 +140,27 @@ pub(super) async fn preflight(
         tokio::select! {
             _ = tokio::time::sleep(RECHECK) => {}
             _ = stopped(stop.clone()) => return false,
+        }
+    }
+}
+
+/// Removes the rule's `ruleop_rule_missing_permissions` when dropped armed (the rule
+/// stopped while waiting).
+struct Forget {
+    metrics: Arc<crate::metrics::Metrics>,
+    rule: String,
+    armed: bool,
+}
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self
+                .metrics
+                .rule_missing_permissions
+                .remove(&crate::metrics::RuleLabels {
+                    rule: self.rule.clone(),
+                });
         }
     }
 }

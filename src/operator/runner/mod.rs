@@ -226,6 +226,7 @@ async fn run(
         };
         let install = super::crds::keep_installing(
             own.clone(),
+            client.clone(),
             rule.clone(),
             opts.process.fence.clone(),
             failed,

@@ -88,6 +88,8 @@ pub enum Blocked {
     Missing(Vec<Missing>),
     /// ruleop may not act as the account (the API server's message).
     CannotImpersonate(String),
+    /// The API server has not answered yet (the error): the rule waits, unchecked.
+    Unchecked(String),
 }
 
 impl Blocked {
@@ -97,6 +99,9 @@ impl Blocked {
             Blocked::Missing(m) => review::describe(who, m),
             Blocked::CannotImpersonate(msg) => format!(
                 "ruleop may not act as the ServiceAccount {who}: {msg}; grant ruleop's own account `impersonate` on it (apiGroups: [\"\"], resources: [serviceaccounts], resourceNames: [its name], in its namespace; `ruleop rbac --per-rule` prints it)"
+            ),
+            Blocked::Unchecked(e) => format!(
+                "the permissions of the ServiceAccount {who} could not be checked yet ({e}); asking again"
             ),
         }
     }
