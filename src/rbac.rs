@@ -25,6 +25,45 @@ pub struct Target {
     pub without_status_subresource: BTreeSet<(String, String, String)>,
     /// Grant what `--install-crds` needs.
     pub install_crds: bool,
+    /// (group, kind) → resource name, from the CRDs given: a kind not there is named by
+    /// its guessed plural ([`plural_of`]).
+    pub plurals: BTreeMap<(String, String), String>,
+}
+
+/// (group, kind) → plural of every CRD among `crds`.
+pub fn plurals(crds: &[Value]) -> BTreeMap<(String, String), String> {
+    crds.iter()
+        .filter(|c| c["kind"] == "CustomResourceDefinition")
+        .filter_map(|c| {
+            let names = &c["spec"]["names"];
+            Some((
+                (
+                    c["spec"]["group"].as_str()?.to_string(),
+                    names["kind"].as_str()?.to_string(),
+                ),
+                names["plural"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+impl Target {
+    /// The resource name of a kind: its CRD's plural, else the guessed one.
+    fn resource(&self, group: &str, kind: &str) -> String {
+        self.plurals
+            .get(&(group.to_string(), kind.to_string()))
+            .cloned()
+            .unwrap_or_else(|| plural_of(kind))
+    }
+
+    /// What `rule` needs, its kinds named as the CRDs given name them.
+    fn needs(&self, rule: &CompiledRule) -> access::Permissions {
+        let mut p = access::Permissions::new();
+        access::add_needs(&mut p, rule, status_on_object(rule, self), &|g, k| {
+            self.resource(g, k)
+        });
+        p
+    }
 }
 
 /// (group, plural, version) of every CRD version among `crds` that serves no status
@@ -63,9 +102,9 @@ pub use crate::access::plural_of;
 fn permissions(rules: &[Arc<CompiledRule>], t: &Target) -> access::Permissions {
     let mut p = access::Permissions::new();
     for rule in rules {
-        access::add_needs(&mut p, rule, status_on_object(rule, t), &|_, k| {
-            plural_of(k)
-        });
+        for (k, verbs) in t.needs(rule) {
+            p.entry(k).or_default().extend(verbs);
+        }
     }
     p
 }
@@ -115,7 +154,7 @@ fn identities(rules: &[Arc<CompiledRule>], t: &Target, ruleop: &Value) -> Vec<Va
         let subject =
             json!([{"kind": "ServiceAccount", "name": id.name, "namespace": id.namespace}]);
         let name = format!("{}-rule-{}", t.name, rule.name);
-        let perms = access::needs(rule, status_on_object(rule, t));
+        let perms = t.needs(rule);
         out.extend(role_and_binding(
             t.namespace.as_deref(),
             &name,
@@ -225,6 +264,7 @@ mod tests {
             namespace: None,
             without_status_subresource: BTreeSet::new(),
             install_crds: false,
+            plurals: BTreeMap::new(),
         }
     }
 
@@ -368,5 +408,79 @@ mod tests {
                 && x["verbs"].as_array().unwrap().iter().any(|y| y == "patch")
         });
         assert!(patch, "{role}");
+    }
+
+    #[test]
+    fn a_rule_with_an_account_gets_its_own_role_and_ruleop_only_impersonates_it() {
+        let text = format!(
+            "{}serviceAccount: {{name: web-rule, namespace: team-web}}\n",
+            include_str!("../rules/website.yaml")
+        );
+        let (rules, errors) = crate::rules::load_str(&text, std::path::Path::new("w.yaml"));
+        assert!(errors.is_empty(), "{errors:?}");
+        let m = manifests(&rules, &target());
+        let grants = |name: &str, resource: &str| {
+            m.iter()
+                .filter(|o| o["metadata"]["name"] == name && o["rules"].is_array())
+                .flat_map(|o| o["rules"].as_array().unwrap().iter())
+                .any(|r| {
+                    r["resources"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|x| x == resource)
+                })
+        };
+        assert!(!grants("ruleop", "deployments"), "not ruleop's own");
+        assert!(!grants("ruleop", "websites"), "not ruleop's own");
+        assert!(grants("ruleop", "events"), "Events on Rules stay ruleop's");
+        assert!(grants("ruleop-rule-website", "deployments"));
+        assert!(grants("ruleop-rule-website", "websites/status"));
+        let binding = m
+            .iter()
+            .find(|o| {
+                o["kind"] == "ClusterRoleBinding" && o["metadata"]["name"] == "ruleop-rule-website"
+            })
+            .unwrap();
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "web-rule", "namespace": "team-web"}])
+        );
+        let imp = m
+            .iter()
+            .find(|o| o["kind"] == "Role" && o["metadata"]["name"] == "ruleop-impersonate")
+            .unwrap();
+        assert_eq!(imp["metadata"]["namespace"], "team-web");
+        assert_eq!(
+            imp["rules"],
+            json!([{"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": ["web-rule"], "verbs": ["impersonate"]}])
+        );
+        assert!(
+            m.iter()
+                .any(|o| o["kind"] == "ServiceAccount" && o["metadata"]["name"] == "web-rule")
+        );
+    }
+
+    #[test]
+    fn a_custom_kind_is_named_by_its_crds_plural() {
+        let rule = r#"name: r
+watch: {group: x.io, version: v1, resource: things}
+children:
+  - id: c
+    template:
+      apiVersion: x.io/v1
+      kind: Cactus
+      metadata: {name: "{{ name }}"}
+"#;
+        let (rules, errors) = crate::rules::load_str(rule, std::path::Path::new("r.yaml"));
+        assert!(errors.is_empty(), "{errors:?}");
+        let crd = json!({"kind": "CustomResourceDefinition", "spec": {"group": "x.io", "names": {"kind": "Cactus", "plural": "cacti"}}});
+        let t = Target {
+            plurals: plurals(&[crd]),
+            ..target()
+        };
+        let role = manifests(&rules, &t)[0]["rules"].to_string();
+        assert!(role.contains("\"cacti\""), "{role}");
+        assert!(!role.contains("cactuses"), "{role}");
     }
 }

@@ -88,13 +88,6 @@ pub fn add_needs(
     add("events.k8s.io", "events".into(), EVENTS);
 }
 
-/// What `rule` needs, kinds named offline ([`plural_of`]).
-pub fn needs(rule: &CompiledRule, status_on_object: bool) -> Permissions {
-    let mut p = Permissions::new();
-    add_needs(&mut p, rule, status_on_object, &|_, kind| plural_of(kind));
-    p
-}
-
 /// RBAC policy rules granting `perms`: one per (group, verbs), resources merged and sorted.
 pub fn policy_rules(perms: &Permissions) -> Vec<Value> {
     let mut grouped: BTreeMap<(String, Vec<&str>), Vec<String>> = BTreeMap::new();

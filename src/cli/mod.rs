@@ -135,6 +135,7 @@ fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
         operator_namespace: args.operator_namespace,
         namespace: args.namespace,
         without_status_subresource: crate::rbac::without_status_subresource(&crds),
+        plurals: crate::rbac::plurals(&crds),
         install_crds: args.install_crds,
     };
     let names: Vec<&str> = loaded.iter().map(|r| r.name.as_str()).collect();
