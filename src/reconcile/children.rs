@@ -84,7 +84,39 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, r: &ResourceId, children: &[Ren
             pending.push(w);
         }
     }
-    let writes = pending.into_iter().map(|w| async move {
+    // Grants first (Roles, bindings): when the API server refuses one (its escalation
+    // check: the account may grant only what it holds), the other writes are held, so
+    // nothing is left half made.
+    let (grants, rest): (Vec<Write<'_>>, Vec<Write<'_>>) =
+        pending.into_iter().partition(|w| is_grant(w.c));
+    if !grants.is_empty() {
+        let before = round.problems.len();
+        send(ctx, ns, r, grants, &mut round).await;
+        if round.problems[before..]
+            .iter()
+            .any(|p| p.reason == "Forbidden")
+            && !rest.is_empty()
+        {
+            tracing::info!(
+                held = rest.len(),
+                "a Role or binding was refused: the resource's other writes are held until it goes through"
+            );
+            return round;
+        }
+    }
+    send(ctx, ns, r, rest, &mut round).await;
+    round
+}
+
+/// A child that grants permissions: its write may be refused by the API server's
+/// escalation check.
+fn is_grant(c: &Rendered) -> bool {
+    c.api_version.starts_with("rbac.authorization.k8s.io/")
+}
+
+/// Sends `writes` at once and books their answers.
+async fn send(ctx: &Ctx, ns: &str, r: &ResourceId, writes: Vec<Write<'_>>, round: &mut Round) {
+    let writes = writes.into_iter().map(|w| async move {
         let task = owned_write(&w, &r.uid, &ctx.rule.name, ctx.process.fence.clone());
         let step = ctx
             .records
@@ -95,15 +127,14 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, r: &ResourceId, children: &[Ren
     for (w, step) in futures::future::join_all(writes).await {
         match step {
             Step::Done(answer) => {
-                book(ctx, ns, r, w.c, w.key, w.live, answer, &mut round);
+                book(ctx, ns, r, w.c, w.key, w.live, answer, round);
             }
             Step::OnItsWay => {
                 ctx.process.metrics.slow_write(&ctx.rule.name);
-                on_its_way(w.c, w.live, &mut round);
+                on_its_way(w.c, w.live, round);
             }
         }
     }
-    round
 }
 
 /// A child write decided on, not sent yet.
