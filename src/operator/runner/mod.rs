@@ -484,16 +484,6 @@ async fn run(
         }
         _ => None,
     };
-    if let Some(r) = revision {
-        process
-            .metrics
-            .rule_info
-            .get_or_create(&crate::metrics::RevisionLabels {
-                rule: rule.name.clone(),
-                revision: r.to_string(),
-            })
-            .set(1);
-    }
     let router = Router {
         newest,
         others: contexts
@@ -503,18 +493,8 @@ async fn run(
         choose: choose.map(|c| c as Arc<dyn crate::reconcile::Choose>),
     };
 
-    let identity = crate::metrics::RuleIdentityLabels {
-        rule: rule.name.clone(),
-        identity: rule
-            .identity
-            .as_ref()
-            .map_or_else(|| "ruleop".to_string(), |i| i.user()),
-    };
-    process
-        .metrics
-        .rule_identity
-        .get_or_create(&identity)
-        .set(1);
+    // The rule's info gauges, removed however the rule ends (stopped, or aborted).
+    let _gauges = parts::Gauges::set(&process.metrics, &rule, revision);
     tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, revisions = loaded.len(), "rule started");
     controller
         .run(reconcile, error_policy, Arc::new(router))
@@ -527,17 +507,6 @@ async fn run(
             }
         })
         .await;
-    if let Some(r) = revision {
-        let _ = opts
-            .process
-            .metrics
-            .rule_info
-            .remove(&crate::metrics::RevisionLabels {
-                rule: rule.name.clone(),
-                revision: r.to_string(),
-            });
-    }
-    let _ = opts.process.metrics.rule_identity.remove(&identity);
     synced.store(false, Ordering::SeqCst);
     tracing::info!("rule stopped");
 }

@@ -106,3 +106,49 @@ impl Blocked {
         }
     }
 }
+
+/// A running rule's info gauges (`ruleop_rule_info{rule,revision}`,
+/// `ruleop_rule_identity{rule,identity}`), set at start and removed when dropped.
+pub struct Gauges {
+    metrics: Arc<crate::metrics::Metrics>,
+    revision: Option<crate::metrics::RevisionLabels>,
+    identity: crate::metrics::RuleIdentityLabels,
+}
+
+impl Gauges {
+    pub fn set(
+        metrics: &Arc<crate::metrics::Metrics>,
+        rule: &crate::rules::CompiledRule,
+        revision: Option<i64>,
+    ) -> Gauges {
+        let revision = revision.map(|r| crate::metrics::RevisionLabels {
+            rule: rule.name.clone(),
+            revision: r.to_string(),
+        });
+        if let Some(l) = &revision {
+            metrics.rule_info.get_or_create(l).set(1);
+        }
+        let identity = crate::metrics::RuleIdentityLabels {
+            rule: rule.name.clone(),
+            identity: rule
+                .identity
+                .as_ref()
+                .map_or_else(|| "ruleop".to_string(), |i| i.user()),
+        };
+        metrics.rule_identity.get_or_create(&identity).set(1);
+        Gauges {
+            metrics: metrics.clone(),
+            revision,
+            identity,
+        }
+    }
+}
+
+impl Drop for Gauges {
+    fn drop(&mut self) {
+        if let Some(l) = &self.revision {
+            let _ = self.metrics.rule_info.remove(l);
+        }
+        let _ = self.metrics.rule_identity.remove(&self.identity);
+    }
+}
