@@ -444,64 +444,6 @@ async fn the_generated_rbac_is_enough_and_a_kind_outside_it_is_refused_on_the_re
     common::delete_namespace(&op_ns);
 }
 
-#[test]
-fn the_shipped_rbac_and_rules_configmap_are_generated_from_the_shipped_rules() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    // What `ruleop ARGS` prints, run from the repository's root.
-    let ruleop = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"))
-            .args(args)
-            .current_dir(root)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "ruleop {args:?}");
-        String::from_utf8(out.stdout).unwrap()
-    };
-    let shipped = std::fs::read_to_string(format!("{root}/deploy/rbac.yaml")).unwrap();
-    assert_eq!(
-        ruleop(&["rbac", "--rules", "rules/"]),
-        shipped,
-        "deploy/rbac.yaml is stale: run deploy/generate.sh"
-    );
-    let cm = kubectl_ok(
-        &[
-            "create",
-            "configmap",
-            "ruleop-rules",
-            "--namespace",
-            "ruleop-system",
-            "--from-file=rules/",
-            "--dry-run=client",
-            "-o",
-            "yaml",
-        ],
-        None,
-    );
-    let shipped_cm =
-        std::fs::read_to_string(format!("{root}/deploy/rules-configmap.yaml")).unwrap();
-    assert!(
-        shipped_cm.ends_with(&cm),
-        "deploy/rules-configmap.yaml is stale: run deploy/generate.sh"
-    );
-    for (rule, crd) in [
-        (
-            "rules/website.yaml",
-            "deploy/crds/websites.sre.example.com.yaml",
-        ),
-        (
-            "rules/myapp.yaml",
-            "deploy/crds/myapps.myscheme.example.com.yaml",
-        ),
-    ] {
-        let shipped = std::fs::read_to_string(format!("{root}/{crd}")).unwrap();
-        assert_eq!(
-            ruleop(&["crd", "--rules", rule]),
-            shipped,
-            "{crd} is stale: run deploy/generate.sh"
-        );
-    }
-}
-
 #[tokio::test]
 async fn deploy_applies_cleanly_and_the_operators_pods_are_scheduled() {
     let _ = common::client().await;
