@@ -10,7 +10,7 @@ use crate::apply::ownership::controller_ref;
 use crate::cache::discovery::{self, Resolved};
 use crate::render::RULE_LABEL;
 use crate::rules::{self, CompiledRule};
-use crate::ruletest::diff::{ResourceDiff, Summary, compare};
+use crate::ruletest::diff::{Before, ResourceDiff, Summary, compare};
 use crate::ruletest::simulate::simulate;
 use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::Value;
@@ -129,7 +129,7 @@ fn offline(args: &DiffArgs) -> anyhow::Result<Summary> {
                 .collect();
             let after = simulate(r_new, &defaulted(r_new), &observed);
             let d = match &after.plan {
-                Ok(plan) => compare(plan, &children),
+                Ok(plan) => compare(plan, &children, Before::Render),
                 Err(e) => ResourceDiff {
                     error: Some(e.to_string()),
                     ..Default::default()
@@ -278,7 +278,7 @@ async fn fleet(
         }
         let out = simulate(rule, cr, &observed);
         let d = match &out.plan {
-            Ok(plan) => compare(plan, &own),
+            Ok(plan) => compare(plan, &own, Before::Live),
             Err(e) => ResourceDiff {
                 error: Some(e.to_string()),
                 ..Default::default()

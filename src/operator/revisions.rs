@@ -7,7 +7,7 @@ use crate::rules::CompiledRule;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
-use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -95,19 +95,31 @@ pub async fn ensure(
     let lp = ListParams::default().labels(&format!("{RULE_LABEL}={}", rule.name));
     // Revisions of an earlier Rule of this name (deleted, its revisions not collected
     // yet) are not this one's.
-    let mine: Vec<ControllerRevision> = api
+    let mut mine: Vec<ControllerRevision> = api
         .list(&lp)
         .await?
         .items
         .into_iter()
         .filter(|c| owned_by(c, &object.uid))
         .collect();
+    let newest = mine.iter().map(|c| c.revision).max().unwrap_or(0);
     let found = mine
         .iter()
-        .map(revision_of)
-        .find(|r| r.fingerprint == rule.fingerprint);
+        .position(|c| revision_of(c).fingerprint == rule.fingerprint);
     let current = match found {
-        Some(r) => r.number,
+        // An older spec applied again is the newest revision again (as a StatefulSet's
+        // rollback is): renumbered, so what comes after it is rolled out from the one
+        // that was in force, not from the one before it.
+        Some(i) if mine[i].revision < newest => {
+            let name = mine[i].metadata.name.clone().unwrap_or_default();
+            let patch = serde_json::json!({"revision": newest + 1});
+            mine[i] = api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            tracing::info!(rule = %rule.name, revision = newest + 1, fingerprint = %rule.fingerprint, "an earlier revision applied again: renumbered as the newest");
+            newest + 1
+        }
+        Some(i) => mine[i].revision,
         None => {
             let next = mine.iter().map(|c| c.revision).max().unwrap_or(0) + 1;
             let made = api

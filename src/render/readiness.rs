@@ -53,7 +53,18 @@ pub fn builtin(kind: &str, live: &Value) -> Result<(), String> {
                 "/status/updatedReplicas",
                 "replicas updated",
             )?;
-            replicas("/spec/replicas", "/status/readyReplicas", "replicas ready")
+            replicas("/spec/replicas", "/status/readyReplicas", "replicas ready")?;
+            // As `kubectl rollout status`: old pods still running are not the new ones.
+            match (
+                int(live, "/status/replicas"),
+                int(live, "/status/updatedReplicas"),
+            ) {
+                (Some(all), Some(updated)) if all > updated => Err(format!(
+                    "{} old replica(s) pending termination",
+                    all - updated
+                )),
+                _ => Ok(()),
+            }
         }
         "StatefulSet" => replicas("/spec/replicas", "/status/readyReplicas", "replicas ready"),
         "DaemonSet" => replicas(
@@ -141,6 +152,13 @@ mod tests {
         assert_eq!(
             builtin("Deployment", &d(2, 2, 1, 3)),
             Err("1/3 replicas updated".into())
+        );
+        // Three updated and three ready, one of the ready an old pod still running.
+        let mut rolling = d(2, 2, 3, 3);
+        rolling["status"]["replicas"] = json!(4);
+        assert_eq!(
+            builtin("Deployment", &rolling),
+            Err("1 old replica(s) pending termination".into())
         );
     }
 

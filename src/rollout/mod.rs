@@ -219,16 +219,26 @@ pub fn start(
     })
 }
 
-/// The rank bound of `step` among `resources` (those not pinned).
-fn threshold(step: Step, resources: &[Resource]) -> Option<u64> {
+/// The rank bound of `step` among `resources`: those not pinned and there when the
+/// rollout `started` (one made since starts on the new revision, and must not move the
+/// bound: the step's resources stay the same); never below `before`, so a resource once
+/// reached stays reached.
+fn threshold(
+    step: Step,
+    resources: &[Resource],
+    started: &str,
+    before: Option<u64>,
+) -> Option<u64> {
     let mut ranks: Vec<u64> = resources
         .iter()
-        .filter(|r| r.pinned.is_none())
+        .filter(|r| r.pinned.is_none() && !after(r.created.as_deref(), started))
         .map(|r| r.rank)
         .collect();
     ranks.sort_unstable();
     let n = step.count(ranks.len());
-    n.checked_sub(1).and_then(|i| ranks.get(i).copied())
+    n.checked_sub(1)
+        .and_then(|i| ranks.get(i).copied())
+        .max(before)
 }
 
 /// The rollout after looking at the resources now: the step's counts, and the next step,
@@ -251,7 +261,7 @@ pub fn evaluate(
         return next;
     };
     next.steps = rollout.steps.len();
-    next.threshold = threshold(step, resources);
+    next.threshold = threshold(step, resources, &p.started, p.threshold);
     let reached: Vec<&Resource> = resources
         .iter()
         .filter(|r| r.pinned.is_none() && choose(Some(&next), p.revision, r) == p.revision)
@@ -304,7 +314,12 @@ fn advance(
     }
     next.step += 1;
     next.step_started = now.to_string();
-    next.threshold = threshold(rollout.steps[next.step], resources);
+    next.threshold = threshold(
+        rollout.steps[next.step],
+        resources,
+        &next.started,
+        next.threshold,
+    );
     next.message = format!(
         "step {} of {} ({}) started",
         next.step + 1,

@@ -197,6 +197,42 @@ fn a_pin_wins_and_a_resource_made_during_the_rollout_starts_new() {
 }
 
 #[test]
+fn resources_made_during_the_rollout_never_displace_the_canaries() {
+    let r = rollout(OnFailure::Pause);
+    let mut fleet = fleet(10);
+    let p = evaluate(
+        &start(None, 2, Some(1), Some(&r), t(T0)).unwrap(),
+        &r,
+        &fleet,
+        t(T0),
+    );
+    let canary = fleet
+        .iter()
+        .find(|x| choose(Some(&p), 2, x) == 2)
+        .unwrap()
+        .key
+        .clone();
+    // Made after the start, ranked below every one: they start new, and the step still
+    // reaches the same canary.
+    for i in 0..5 {
+        let mut newcomer = fleet[0].clone();
+        newcomer.key = format!("ns/new-{i}");
+        newcomer.rank = i;
+        newcomer.created = Some("2026-12-02T10:00:30Z".into());
+        newcomer.revision = None;
+        fleet.push(newcomer);
+    }
+    let again = evaluate(&p, &r, &fleet, t("2026-12-02T10:00:40Z"));
+    assert_eq!(again.threshold, p.threshold, "the bound never moves down");
+    let reached: Vec<&str> = fleet
+        .iter()
+        .filter(|x| !x.key.starts_with("ns/new-") && choose(Some(&again), 2, x) == 2)
+        .map(|x| x.key.as_str())
+        .collect();
+    assert_eq!(reached, [canary.as_str()]);
+}
+
+#[test]
 fn a_resource_reads_its_revision_readiness_failure_and_pin() {
     let o = serde_json::json!({
         "metadata": {"name": "a", "namespace": "n", "uid": "u", "generation": 3,

@@ -89,11 +89,30 @@ fn comparable(o: &Value) -> Value {
     o
 }
 
+/// Where a kind keeps its pod template: workloads, and a CronJob's Jobs.
+const POD_TEMPLATES: &[&str] = &["/spec/template", "/spec/jobTemplate/spec/template"];
+
+/// Whose fields `before` holds: a live object (ruleop's are those its managedFields entry
+/// names), or another render (all of them are the rule's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Before {
+    Live,
+    Render,
+}
+
 /// What changes from `before` (the object as it is) to `after` (as the rule renders it),
-/// on the fields `after` sets; None when nothing does.
-pub fn change(before: &Value, after: &Value) -> Option<Changed> {
+/// on the fields `after` sets and on those the rule set before and no longer does (a
+/// server-side apply removes them); None when nothing does.
+pub fn change(before: &Value, after: &Value, whose: Before) -> Option<Changed> {
     let after = comparable(after);
-    let now = crate::apply::project(&after, &comparable(before));
+    let mut now = crate::apply::project(&after, &comparable(before));
+    let set_before = match whose {
+        Before::Live => owned(before),
+        Before::Render => Some(before.clone()),
+    };
+    if let Some(set) = set_before {
+        add_missing(&mut now, &comparable(&set));
+    }
     if now == after {
         return None;
     }
@@ -106,14 +125,102 @@ pub fn change(before: &Value, after: &Value) -> Option<Changed> {
     Some(Changed {
         object: named(&after),
         diff,
-        pod_template: after.pointer("/spec/template").is_some()
-            && now.pointer("/spec/template") != after.pointer("/spec/template"),
+        pod_template: POD_TEMPLATES
+            .iter()
+            .any(|p| after.pointer(p).is_some() && now.pointer(p) != after.pointer(p)),
     })
 }
 
+/// The fields of `live` that ruleop's last apply set (its managedFields entry), with the
+/// values `live` holds; None without such an entry.
+fn owned(live: &Value) -> Option<Value> {
+    let entry = live["metadata"]["managedFields"]
+        .as_array()?
+        .iter()
+        .find(|m| m["manager"] == crate::render::FIELD_MANAGER && m["operation"] == "Apply")?;
+    Some(pick(&entry["fieldsV1"], live))
+}
+
+/// The part of `live` that `fields` (a managedFields `fieldsV1` set) names.
+fn pick(fields: &Value, live: &Value) -> Value {
+    let Some(f) = fields.as_object() else {
+        return live.clone();
+    };
+    match live {
+        Value::Object(l) => {
+            let named: serde_json::Map<String, Value> = f
+                .iter()
+                .filter_map(|(k, sub)| {
+                    let name = k.strip_prefix("f:")?;
+                    Some((name.to_string(), pick(sub, l.get(name)?)))
+                })
+                .collect();
+            // A map with no field named is owned whole (an atomic map).
+            if named.is_empty() && !f.keys().any(|k| k.starts_with("f:")) {
+                live.clone()
+            } else {
+                Value::Object(named)
+            }
+        }
+        Value::Array(items) => {
+            let keyed: Vec<(&str, &Value)> = f
+                .iter()
+                .filter(|(k, _)| k.starts_with("k:") || k.starts_with("v:"))
+                .map(|(k, sub)| (k.as_str(), sub))
+                .collect();
+            // A list with no item named is owned whole (an atomic list).
+            if keyed.is_empty() {
+                return live.clone();
+            }
+            let one = |item: &Value| {
+                keyed.iter().find_map(|(k, sub)| match k.split_at(2) {
+                    ("k:", key) => {
+                        let key: Value = serde_json::from_str(key).ok()?;
+                        key.as_object()?
+                            .iter()
+                            .all(|(n, v)| item.get(n) == Some(v))
+                            .then(|| pick(sub, item))
+                    }
+                    (_, value) => {
+                        let value: Value = serde_json::from_str(value).ok()?;
+                        (item == &value).then(|| item.clone())
+                    }
+                })
+            };
+            Value::Array(items.iter().filter_map(one).collect())
+        }
+        _ => live.clone(),
+    }
+}
+
+/// Adds to `now` what `set` has and it lacks (map keys; list items past its end).
+fn add_missing(now: &mut Value, set: &Value) {
+    match (now, set) {
+        (Value::Object(n), Value::Object(s)) => {
+            for (k, v) in s {
+                match n.get_mut(k) {
+                    Some(nv) => add_missing(nv, v),
+                    None => {
+                        n.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (Value::Array(n), Value::Array(s)) => {
+            for (i, v) in s.iter().enumerate() {
+                match n.get_mut(i) {
+                    Some(nv) => add_missing(nv, v),
+                    None => n.push(v.clone()),
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// What `plan` (a render of the resource) would do to `live` (its children now; for
-/// another rule's render, that render's objects).
-pub fn compare(plan: &Plan, live: &[Value]) -> ResourceDiff {
+/// another rule's render, that render's objects, `whose` says which).
+pub fn compare(plan: &Plan, live: &[Value], whose: Before) -> ResourceDiff {
     let mut d = ResourceDiff::default();
     let same = |r: &crate::render::Rendered, o: &Value| {
         o["apiVersion"] == r.api_version.as_str()
@@ -123,7 +230,7 @@ pub fn compare(plan: &Plan, live: &[Value]) -> ResourceDiff {
     for c in &plan.children {
         match live.iter().find(|o| same(c, o)) {
             None => d.created.push(named(&c.object)),
-            Some(o) => d.changed.extend(change(o, &c.object)),
+            Some(o) => d.changed.extend(change(o, &c.object, whose)),
         }
     }
     let waits = |o: &Value| {
@@ -231,7 +338,7 @@ mod tests {
             waiting: vec![],
         };
         assert!(
-            !compare(&same, &[live.clone()]).touches(),
+            !compare(&same, &[live.clone()], Before::Live).touches(),
             "only what the rule writes counts"
         );
         let image = compare(
@@ -240,6 +347,7 @@ mod tests {
                 waiting: vec![],
             },
             &[live.clone()],
+            Before::Live,
         );
         assert_eq!(image.pod_templates(), 1);
         assert!(
@@ -253,6 +361,7 @@ mod tests {
                 waiting: vec![],
             },
             &[live],
+            Before::Live,
         );
         assert_eq!((label.changed.len(), label.pod_templates()), (1, 0));
     }
@@ -273,7 +382,7 @@ mod tests {
                 reason: "Secret `s` (not found)".into(),
             }],
         };
-        let d = compare(&plan, &[orphan, gone, waiting]);
+        let d = compare(&plan, &[orphan, gone, waiting], Before::Live);
         assert_eq!(d.created[0].to_string(), "ConfigMap new");
         assert_eq!(d.deleted[0].to_string(), "Service old");
         assert_eq!(d.released[0].to_string(), "PersistentVolumeClaim data");
@@ -287,5 +396,56 @@ mod tests {
             (s.touched, s.created, s.deleted, s.released, s.waiting),
             (1, 1, 1, 1, 1)
         );
+    }
+
+    #[test]
+    fn a_field_the_rule_stops_writing_is_a_change_that_the_apply_would_make() {
+        // The live Deployment: two env vars, both set by ruleop's apply (its managedFields).
+        let mut live = deployment("nginx:1", "web");
+        live["spec"]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]);
+        live["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = json!("Always");
+        let env_fields = json!({
+            "k:{\"name\":\"A\"}": {".": {}, "f:name": {}, "f:value": {}},
+            "k:{\"name\":\"B\"}": {".": {}, "f:name": {}, "f:value": {}},
+        });
+        let container = json!({"k:{\"name\":\"c\"}": {".": {}, "f:name": {}, "f:image": {}, "f:env": env_fields}});
+        let fields = json!({
+            "f:metadata": {"f:labels": {"f:tier": {}}},
+            "f:spec": {"f:replicas": {}, "f:template": {"f:spec": {"f:containers": container}}},
+        });
+        live["metadata"]["managedFields"] = json!([
+            {"manager": "kube-controller-manager", "operation": "Update", "fieldsV1": {"f:status": {}}},
+            {"manager": crate::render::FIELD_MANAGER, "operation": "Apply", "fieldsV1": fields},
+        ]);
+        let with = |env: Value| {
+            let mut d = deployment("nginx:1", "web");
+            d["spec"]["template"]["spec"]["containers"][0]["env"] = env;
+            Plan {
+                children: vec![rendered(d)],
+                waiting: vec![],
+            }
+        };
+        let both = json!([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]);
+        assert!(
+            !compare(&with(both), &[live.clone()], Before::Live).touches(),
+            "the same render: nothing (imagePullPolicy is not the rule's)"
+        );
+        let d = compare(
+            &with(json!([{"name": "A", "value": "1"}])),
+            &[live.clone()],
+            Before::Live,
+        );
+        assert_eq!(d.pod_templates(), 1, "B goes: the pods restart");
+        assert!(
+            d.changed[0].diff.contains("-        - name: B"),
+            "{}",
+            d.changed[0].diff
+        );
+        // Against another render (offline), every field is the rule's.
+        let mut old = deployment("nginx:1", "web");
+        old["spec"]["minReadySeconds"] = json!(5);
+        let d = compare(&with(Value::Null), &[old], Before::Render);
+        assert_eq!(d.changed.len(), 1, "minReadySeconds goes");
     }
 }

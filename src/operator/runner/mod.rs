@@ -66,6 +66,11 @@ impl RuleTask {
         let (stop, stop_rx) = watch::channel(false);
         let synced = Arc::new(AtomicBool::new(false));
         let info = Arc::new(RuleInfo::default());
+        // Until the rollout driver runs, the Rule's status keeps where a rollout stood
+        // (the status writer must not erase it while the rule waits to start).
+        if rule.rollout.is_some() {
+            info.set_rollout(rule.object.as_ref().and_then(|o| o.rollout.clone()));
+        }
         let identity = rule
             .identity
             .as_ref()
@@ -302,6 +307,9 @@ async fn run(
         let previous = h.kept.keys().copied().filter(|n| *n < h.current).max();
         crate::rollout::start(saved, h.current, previous, rule.rollout.as_ref(), now())
     });
+    if progress.is_none() {
+        info.set_rollout(None);
+    }
     let loaded = loaded::revisions(&rule, history.as_ref(), progress.as_ref());
     // The distinct child kinds and existing kinds of them all, each resolved by discovery.
     let (wanted_children, wanted_existing) = wanted(&loaded);

@@ -79,8 +79,8 @@ impl Driver {
     /// Puts `next` in force: first in the Rule's status (so a replica that takes over goes
     /// on from there, never from a step before), then the router's, the metrics; every
     /// resource reconciled again when which revision they get changed. Nothing changes
-    /// when the status cannot be written (tried again on the next look).
-    async fn set(&self, prev: &Progress, next: Progress) {
+    /// when the status cannot be written (tried again on the next look): false then.
+    async fn set(&self, prev: &Progress, next: Progress) -> bool {
         let moved =
             (prev.phase, prev.step, prev.threshold) != (next.phase, next.step, next.threshold);
         let api: Api<DynamicObject> =
@@ -91,7 +91,7 @@ impl Driver {
             .await
         {
             tracing::warn!(error = %e, "the rollout's progress could not be recorded on the Rule; trying again");
-            return;
+            return false;
         }
         if let Ok(mut p) = self.choose.progress.write() {
             *p = Some(next.clone());
@@ -114,6 +114,7 @@ impl Driver {
             let _ = self.reconcile_all.try_send(());
             self.event(prev, &next).await;
         }
+        true
     }
 
     /// An Event on the Rule for a step, a pause, a rollback or the end.
@@ -174,11 +175,18 @@ impl Driver {
         let Some(p) = self.current() else { return };
         let now = Timestamp::now();
         if let Some(action) = self.action() {
-            if let Some(next) = rollout::act(&p, &action, now) {
-                tracing::info!(action = %action, "rollout: acted on the Rule's annotation");
-                self.set(&p, next).await;
+            // The annotation goes once acted on (or when it asks nothing of this
+            // rollout); kept while the move is not recorded, to be acted on again.
+            let done = match rollout::act(&p, &action, now) {
+                Some(next) => {
+                    tracing::info!(action = %action, "rollout: acted on the Rule's annotation");
+                    self.set(&p, next).await
+                }
+                None => true,
+            };
+            if done {
+                self.clear_action().await;
             }
-            self.clear_action().await;
             return;
         }
         let resources: Vec<Resource> = self
@@ -194,7 +202,7 @@ impl Driver {
             if next.phase != p.phase || next.step != p.step {
                 tracing::info!(phase = ?next.phase, step = next.step + 1, message = %next.message, "rollout");
             }
-            self.set(&p, next).await;
+            let _ = self.set(&p, next).await;
         }
     }
 }

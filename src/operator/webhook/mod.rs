@@ -213,8 +213,15 @@ async fn round(
             plural: "validatingwebhookconfigurations".into(),
         };
         let vwcs: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        let params = PatchParams::apply(crate::render::FIELD_MANAGER).force();
-        vwcs.patch(&cfg.name, &params, &Patch::Apply(&vwc)).await?;
+        // Written only when it says something else: nothing in steady state.
+        let live = vwcs
+            .get_opt(&cfg.name)
+            .await?
+            .and_then(|o| serde_json::to_value(o).ok());
+        if live.is_none_or(|l| crate::apply::project(&vwc, &l) != vwc) {
+            let params = PatchParams::apply(crate::render::FIELD_MANAGER).force();
+            vwcs.patch(&cfg.name, &params, &Patch::Apply(&vwc)).await?;
+        }
     }
     Ok(certs)
 }
