@@ -228,6 +228,8 @@ async fn a_rule_edit_rolls_out_step_by_step_and_a_failing_one_stops_at_the_canar
         steps_only.windows(2).all(|w| w[0] <= w[1]),
         "steps never go back, across the failover: {steps_seen:?}"
     );
+    // (The last of them may have turned between the list and the Rule's read above.)
+    seen.look(&list("websites", &ns), 2);
     assert_eq!(seen.on.len(), n, "every resource reached revision 2");
     // In rank order, each step's resources were all Ready before the next step's took
     // the new revision.
@@ -375,6 +377,21 @@ async fn a_rule_edit_rolls_out_step_by_step_and_a_failing_one_stops_at_the_canar
         || async { (template_edition(&canary_name).as_deref() == Some("2")).then_some(()) },
     )
     .await;
+
+    // Roll back for good: edit 1's spec applied again is the newest revision again (5,
+    // renumbered), rolled out from the one the resources are on; its pods stay as they are.
+    apply(&edit);
+    eventually(long, "every WebSite on revision 5", || async {
+        let ro = rule_rollout(&name);
+        let all = list("websites", &ns);
+        (ro["revision"] == 5
+            && ro["from"] == 2
+            && ro["phase"] == "Complete"
+            && all.iter().all(|w| w["status"]["ruleRevision"] == 5))
+        .then_some(())
+    })
+    .await;
+    assert_eq!(template_edition(&canary_name).as_deref(), Some("2"));
     let _ = kubectl(&["delete", "rule", &name], None);
     common::delete_namespace(&ns);
 }

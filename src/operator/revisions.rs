@@ -7,7 +7,7 @@ use crate::rules::CompiledRule;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -110,14 +110,27 @@ pub async fn ensure(
         // An older spec applied again is the newest revision again (as a StatefulSet's
         // rollback is): renumbered, so what comes after it is rolled out from the one
         // that was in force, not from the one before it.
+        // (Made again under the new number: the API server refuses to change a revision
+        // in place, its data being compared byte for byte after a patch's round trip.)
         Some(i) if mine[i].revision < newest => {
-            let name = mine[i].metadata.name.clone().unwrap_or_default();
-            let patch = serde_json::json!({"revision": newest + 1});
-            mine[i] = api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            let old = mine.remove(i);
+            let name = old.metadata.name.clone().unwrap_or_default();
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: old.metadata.uid.clone(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            api.delete(&name, &dp).await?;
+            let made = api
+                .create(
+                    &PostParams::default(),
+                    &new_revision(rule, object, namespace, newest + 1),
+                )
                 .await?;
             tracing::info!(rule = %rule.name, revision = newest + 1, fingerprint = %rule.fingerprint, "an earlier revision applied again: renumbered as the newest");
-            newest + 1
+            return finish(&api, rule, made, mine, keep).await;
         }
         Some(i) => mine[i].revision,
         None => {
