@@ -2,8 +2,10 @@
 //! RULEOP_ROLLOUT_N), steps of 1, 10 %, 50 % and 100 %, each only once the one before is
 //! Ready on the new revision, with the leader killed half way (the standby goes on from
 //! the same step); then an edit whose canary never becomes Ready stops at the first step
-//! with the others untouched (same pod template, no new ReplicaSet), and with
-//! `onFailure: Rollback` the canary returns to the previous revision's objects.
+//! with the others untouched (same pod template, no new ReplicaSet), and an `abort`
+//! annotation takes its canary back; with `onFailure: Rollback` the canary returns to the
+//! previous revision's objects; and the first edit's spec applied again is the newest
+//! revision again, rolled out with no pod template change.
 
 mod common;
 
@@ -345,6 +347,27 @@ async fn a_rule_edit_rolls_out_step_by_step_and_a_failing_one_stops_at_the_canar
         );
     }
     assert_eq!(template_edition(&canary_name).as_deref(), Some("3"));
+    // Aborted by annotation: the canary goes back to revision 2, and the annotation goes.
+    kubectl_ok(
+        &["annotate", "rule", &name, "ruleop.dev/rollout=abort"],
+        None,
+    );
+    eventually(Duration::from_secs(60), "the rollout aborted", || async {
+        let ro = rule_rollout(&name);
+        (ro["revision"] == 3 && ro["phase"] == "RolledBack").then_some(())
+    })
+    .await;
+    eventually(
+        Duration::from_secs(60),
+        "the canary back on revision 2, the annotation gone",
+        || async {
+            let (_, out, _) = kubectl(&["get", "rule", &name, "-o", "json"], None);
+            let rule: Value = serde_json::from_str(&out).ok()?;
+            let gone = rule["metadata"]["annotations"]["ruleop.dev/rollout"].is_null();
+            (gone && template_edition(&canary_name).as_deref() == Some("2")).then_some(())
+        },
+    )
+    .await;
 
     // Edit 3, the same with `onFailure: Rollback`: the canary returns to revision 2.
     let mut rolling_back = rule(
