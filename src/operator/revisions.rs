@@ -114,15 +114,7 @@ pub async fn ensure(
         // in place, its data being compared byte for byte after a patch's round trip.)
         Some(i) if mine[i].revision < newest => {
             let old = mine.remove(i);
-            let name = old.metadata.name.clone().unwrap_or_default();
-            let dp = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: old.metadata.uid.clone(),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            api.delete(&name, &dp).await?;
+            delete_exactly(&api, &old).await?;
             let made = api
                 .create(
                     &PostParams::default(),
@@ -208,18 +200,26 @@ async fn prune(
             kept.insert(c.revision, revision_of(&c));
             continue;
         }
-        let name = c.metadata.name.clone().unwrap_or_default();
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: c.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        if let Err(e) = api.delete(&name, &dp).await {
+        if let Err(e) = delete_exactly(api, &c).await {
             tracing::warn!(rule = %rule.name, revision = c.revision, error = %e, "an old revision could not be deleted; kept until the next change");
             kept.insert(c.revision, revision_of(&c));
         }
     }
     kept
+}
+/// Deletes revision `c`, and only that object (its uid as a precondition: a revision
+/// made again under its name since is left alone).
+async fn delete_exactly(
+    api: &Api<ControllerRevision>,
+    c: &ControllerRevision,
+) -> Result<(), kube::Error> {
+    let name = c.metadata.name.clone().unwrap_or_default();
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: c.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    api.delete(&name, &dp).await.map(|_| ())
 }
