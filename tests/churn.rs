@@ -97,6 +97,22 @@ impl Replica {
     }
 }
 
+/// Copies the API server's audit log to target/test-logs when the test fails (its
+/// temporary directory goes with it): the record of every write, for the seed's story.
+struct KeepOnFailure(String, u64);
+
+impl Drop for KeepOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let to = concat!(env!("CARGO_MANIFEST_DIR"), "/target/test-logs");
+            let to = format!("{to}/churn-audit-{}.log", self.1);
+            if std::fs::copy(&self.0, &to).is_ok() {
+                println!("churn: the API server's audit log is kept in {to}");
+            }
+        }
+    }
+}
+
 fn holder(kc: &str) -> Option<String> {
     let (ok, out, _) = kubectl_at(
         kc,
@@ -196,6 +212,7 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
     let mut rng = fastrand::Rng::with_seed(seed);
     let dir = tempfile::tempdir().unwrap();
     let (cluster, audit) = common::cluster_with_audit(NS, POLICY, dir.path(), &[]);
+    let _keep_audit = KeepOnFailure(audit.clone(), seed);
     let kc = cluster.kubeconfig.clone();
     cluster.kubectl(
         &[
@@ -290,6 +307,8 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
                 // One replica's files get it now, the other's after a few steps.
                 let lag = rng.usize(0..4);
                 let first = rng.usize(0..2);
+                // A file never goes back: what the first one still waited for is older.
+                replicas[first].behind.clear();
                 replicas[first].write(&text);
                 replicas[1 - first].behind.push((step + lag, text));
                 edits += 1;
@@ -383,6 +402,25 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
     let want = expect_all(&rule, &specs);
     let took = std::time::Instant::now();
     let last = std::sync::Mutex::new(String::new());
+    // RULEOP_CHURN_HOLD=<seconds>: a failing run leaves everything up that long first,
+    // for a look at the cluster and the replicas (their admin addresses are in their logs).
+    if let Some(hold) = std::env::var("RULEOP_CHURN_HOLD")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        && tokio::time::timeout(Duration::from_secs(240), async {
+            while converged(&kc, &specs, &want).is_err() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+        .await
+        .is_err()
+    {
+        println!(
+            "churn: not converged; holding {hold} s (KUBECONFIG={kc}, files in {})",
+            dir.path().display()
+        );
+        tokio::time::sleep(Duration::from_secs(hold)).await;
+    }
     eventually(
         Duration::from_secs(240),
         "every resource converged",
@@ -521,22 +559,33 @@ fn converged(
         }
     }
     let mut have = BTreeSet::new();
+    // What each object is, for the message: its controller and ruleop's marks.
+    let mut about = BTreeMap::new();
     for kind in ["configmaps", "deployments", "services", "secrets"] {
         for o in common::list_at(kc, kind, NS, Some("ruleop.dev/rule=churn")) {
-            let owned = o["metadata"]["ownerReferences"]
+            let controller = o["metadata"]["ownerReferences"]
                 .as_array()
-                .is_some_and(|r| r.iter().any(|r| r["controller"] == true));
-            if owned && o["metadata"]["deletionTimestamp"].is_null() {
-                have.insert((
+                .and_then(|r| r.iter().find(|r| r["controller"] == true).cloned());
+            if controller.is_some() && o["metadata"]["deletionTimestamp"].is_null() {
+                let key = (
                     kind_of(kind).to_string(),
                     o["metadata"]["name"].as_str().unwrap_or("").to_string(),
-                ));
+                );
+                let m = &o["metadata"];
+                about.insert(
+                    key.clone(),
+                    json!({"controller": controller, "labels": m["labels"], "annotations": m["annotations"]}),
+                );
+                have.insert(key);
             }
         }
     }
     if &have != want {
         let missing: Vec<_> = want.difference(&have).collect();
-        let extra: Vec<_> = have.difference(want).collect();
+        let extra: Vec<_> = have
+            .difference(want)
+            .map(|k| format!("{k:?}: {}", about[k]))
+            .collect();
         return Err(format!("children: missing {missing:?}, extra {extra:?}"));
     }
     Ok(())
