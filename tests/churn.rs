@@ -68,6 +68,10 @@ impl Replica {
             &identity,
             "--rules-poll-seconds",
             "1",
+            // A version the cluster has not run, on a replica that never loaded the
+            // newest, prunes only after this wait (the files lag a few steps at most).
+            "--rules-settle-seconds",
+            "30",
         ];
         self.op = Some(Operator::start_with_env(
             NS,

@@ -23,6 +23,25 @@ fn uid(v: &Value) -> String {
         .to_string()
 }
 
+/// The arguments of a replica `id` campaigning for `lease` in `ns`.
+fn replica_args(ns: &str, lease: &str, id: &str) -> Vec<String> {
+    [
+        "--leader-elect",
+        "--lease-namespace",
+        ns,
+        "--lease-name",
+        lease,
+        "--lease-duration",
+        "6",
+        "--identity",
+        id,
+        "--rules-poll-seconds",
+        "1",
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
 #[tokio::test]
 async fn a_replica_with_an_older_rule_retires_no_kind_the_newer_one_added() {
     let client = common::client().await;
@@ -39,21 +58,7 @@ async fn a_replica_with_an_older_rule_retires_no_kind_the_newer_one_added() {
     let v2 = format!("name: stale\n{watch}\nchildren:\n{config}{secret}");
     std::fs::write(&a_file, &v1).unwrap();
     std::fs::write(&b_file, &v1).unwrap();
-    let args = |id: &'static str| {
-        vec![
-            "--leader-elect".to_string(),
-            "--lease-namespace".to_string(),
-            ns.clone(),
-            "--lease-name".to_string(),
-            "trust-stale".to_string(),
-            "--lease-duration".to_string(),
-            "6".to_string(),
-            "--identity".to_string(),
-            id.to_string(),
-            "--rules-poll-seconds".to_string(),
-            "1".to_string(),
-        ]
-    };
+    let args = |id: &'static str| replica_args(&ns, "trust-stale", id);
     let a_args = args("newer");
     let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
     let mut a = Operator::start(&ns, &[a_file.to_str().unwrap()], &a_args);
@@ -99,5 +104,90 @@ async fn a_replica_with_an_older_rule_retires_no_kind_the_newer_one_added() {
         "the older replica says why it waits: {}",
         older_op.logs()
     );
+    common::delete_namespace(&ns);
+}
+
+/// The standby's files hold v2, which no replica ever ran (its kubelet skipped from v1 to
+/// it while the leader went from v1 to v3): after the failover, v2 runs, but prunes
+/// nothing v3 made until it has been the newest for --rules-settle-seconds.
+#[tokio::test]
+async fn a_version_that_never_ran_prunes_nothing_until_it_has_been_the_newest_for_the_wait() {
+    let client = common::client().await;
+    install_crds(&["tests/fixtures/trust/crd.yaml"]);
+    let ns = common::namespace(&client, "trust-unseen").await;
+    let dir = tempfile::tempdir().unwrap();
+    let watch = "watch: {group: trust.ruleop.dev, version: v1, resource: boxes}";
+    let child = |id: &str| {
+        format!(
+            "  - id: {id}\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: \"{{{{ name }}}}-{id}\"}}, data: {{a: \"1\"}}}}\n"
+        )
+    };
+    let version = |extra: &str| {
+        format!(
+            "name: unseen\n{watch}\nchildren:\n{}{}",
+            child("one"),
+            child(extra)
+        )
+    };
+    let (v1, v2, v3) = (version("first"), version("second"), version("third"));
+    let a_file = dir.path().join("a.yaml");
+    let b_file = dir.path().join("b.yaml");
+    std::fs::write(&a_file, &v1).unwrap();
+    std::fs::write(&b_file, &v2).unwrap();
+    let a_args = replica_args(&ns, "trust-unseen", "leader");
+    let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
+    let mut a = Operator::start(&ns, &[a_file.to_str().unwrap()], &a_args);
+    eventually(T, "the first replica leads", || async {
+        (lease_holder(&ns, "trust-unseen").as_deref() == Some("leader")).then_some(())
+    })
+    .await;
+    let b = json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Box",
+        "metadata": {"name": "b", "namespace": ns}, "spec": {}});
+    common::kubectl_ok(&["apply", "-f", "-"], Some(&b.to_string()));
+    wait_json("configmap", &ns, "b-first", "made by v1", |_| true).await;
+    std::fs::write(&a_file, &v3).unwrap();
+    let made = wait_json("configmap", &ns, "b-third", "made by v3", |_| true).await;
+    let third = uid(&made);
+    eventually(T, "v3 pruned what only v1 made", || async {
+        get_json("configmap", &ns, "b-first")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    let mut b_args = replica_args(&ns, "trust-unseen", "standby");
+    b_args.extend(["--rules-settle-seconds".to_string(), "15".to_string()]);
+    let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
+    let standby = Operator::start(&ns, &[b_file.to_str().unwrap()], &b_args);
+    standby.admin_addr().await;
+    a.kill();
+    eventually(Duration::from_secs(30), "the standby leads", || async {
+        (lease_holder(&ns, "trust-unseen").as_deref() == Some("standby")).then_some(())
+    })
+    .await;
+    // v2 runs (it makes its own child) ...
+    wait_json("configmap", &ns, "b-second", "made by v2", |_| true).await;
+    // ... but deletes nothing for a while: v3's object stays, the same object.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(6) {
+        let o = get_json("configmap", &ns, "b-third")
+            .expect("v2, a version that never ran, pruned what v3 made before its wait was over");
+        assert_eq!(uid(&o), third);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        standby.records().iter().any(|r| r["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("may be an old version that never ran"))),
+        "the standby says why it deletes nothing: {}",
+        standby.logs()
+    );
+    // Once it has been the newest for the whole wait, it is taken for the newest.
+    eventually(T, "v2 prunes after its wait", || async {
+        get_json("configmap", &ns, "b-third")
+            .is_none()
+            .then_some(())
+    })
+    .await;
     common::delete_namespace(&ns);
 }

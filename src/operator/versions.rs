@@ -9,7 +9,10 @@
 //! or newer than it: a version the cluster has not seen, one this replica itself loaded
 //! after the newest (an edit, or a rollback, seen here), or any version once the newest
 //! has been in force longer than [`PATIENCE`] (every replica's files have had time to
-//! arrive: what is older now is a rollback). Otherwise the rule waits, and says so.
+//! arrive: what is older now is a rollback). Otherwise the rule waits, and says so. A
+//! version the cluster has not seen, on a replica that never loaded the newest, may be an
+//! old one that never ran: it runs, but deletes and retires nothing until it has been the
+//! newest for the whole wait.
 
 pub use super::inventory::Retire;
 use super::inventory::{Inventory, InventoryError, key};
@@ -73,10 +76,10 @@ pub fn standing(
     let seen_before = log.iter().any(|v| v.fingerprint == mine);
     let loaded_newest_here = loaded.contains(&newest.fingerprint);
     let waited = waited(&newest.since, now, patience);
-    if !seen_before {
-        Standing::Newer { why: "unseen" }
-    } else if loaded_newest_here {
+    if loaded_newest_here {
         Standing::Newer { why: "edit" }
+    } else if !seen_before {
+        Standing::Newer { why: "unseen" }
     } else if waited {
         Standing::Newer { why: "rollback" }
     } else {
@@ -103,30 +106,52 @@ impl Standing {
     /// the newest for the whole wait; one taken for a rollback by time never retires what
     /// a newer version added.
     pub fn retire(&self, now: Timestamp, patience: Duration) -> Retire {
-        let (why, since) = match self {
-            Standing::Newest { why, since } => (why.as_str(), Some(since.as_str())),
-            Standing::Newer { why } => (*why, None),
-            Standing::Older { .. } => return Retire::Never,
-        };
-        match why {
-            "rollback" => Retire::Never,
-            "unseen" => {
-                let left = since
-                    .and_then(|s| s.parse::<Timestamp>().ok())
-                    .map(|s| {
-                        let gone = now.duration_since(s).as_secs().max(0) as u64;
-                        patience.saturating_sub(Duration::from_secs(gone))
-                    })
-                    .unwrap_or(patience);
-                if left.is_zero() {
-                    Retire::Now
-                } else {
-                    Retire::After(left)
-                }
-            }
+        match self.why_since() {
+            None | Some(("rollback", _)) => Retire::Never,
+            Some(("unseen", since)) => settled(since, now, patience),
             // "first", "edit", and versions recorded before reasons were kept.
-            _ => Retire::Now,
+            Some(_) => Retire::Now,
         }
+    }
+
+    /// When this version may take away the objects its render no longer makes: a version
+    /// known to be the newest (the first, one loaded here after the newest, or one taken
+    /// for a rollback once the newest had been in force for the whole wait) at once; one
+    /// the cluster had not run, loaded by a replica that never loaded the newest, could be
+    /// an old one that never ran, so only once it has been the newest for the whole wait.
+    pub fn prune(&self, now: Timestamp, patience: Duration) -> Retire {
+        match self.why_since() {
+            None => Retire::Never,
+            Some(("unseen", since)) => settled(since, now, patience),
+            Some(_) => Retire::Now,
+        }
+    }
+
+    /// Why this version runs, and since when it has been the newest (None: it is newer
+    /// only now); None for a version that does not run.
+    fn why_since(&self) -> Option<(&str, Option<&str>)> {
+        match self {
+            Standing::Newest { why, since } => Some((why.as_str(), Some(since.as_str()))),
+            Standing::Newer { why } => Some((why, None)),
+            Standing::Older { .. } => None,
+        }
+    }
+}
+
+/// Now, once `patience` has passed since `since` (the time a version became the newest;
+/// None: just now); otherwise after the rest of it.
+fn settled(since: Option<&str>, now: Timestamp, patience: Duration) -> Retire {
+    let left = since
+        .and_then(|s| s.parse::<Timestamp>().ok())
+        .map(|s| {
+            let gone = now.duration_since(s).as_secs().max(0) as u64;
+            patience.saturating_sub(Duration::from_secs(gone))
+        })
+        .unwrap_or(patience);
+    if left.is_zero() {
+        Retire::Now
+    } else {
+        Retire::After(left)
     }
 }
 
@@ -175,8 +200,9 @@ async fn claim(
 /// What a rule may do once it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Allowed {
-    /// Delete (or orphan) the objects its render no longer makes.
-    pub prune: bool,
+    /// Delete (or orphan) the objects its render no longer makes: now, after a wait (its
+    /// version may be an old one that never ran), or never (it could not be checked).
+    pub prune: Retire,
     /// Retire the kinds the inventory records and it no longer makes.
     pub retire: Retire,
 }
@@ -221,16 +247,20 @@ pub async fn wait_until_newest(
                 if told.is_some() {
                     tracing::info!(fingerprint = %rule.fingerprint, "this replica's rule is now the newest in the cluster; starting it");
                 }
-                let retire = standing.retire(Timestamp::now(), patience);
+                let now = Timestamp::now();
+                let prune = standing.prune(now, patience);
+                if let Retire::After(wait) = prune {
+                    tracing::warn!(fingerprint = %rule.fingerprint, wait_s = wait.as_secs(), "this replica's version of the rule is one the cluster has not run, and this replica did not load the newest one: it may be an old version that never ran, so it deletes nothing until it has been the newest for the whole wait");
+                }
                 return Some(Allowed {
-                    prune: true,
-                    retire,
+                    prune,
+                    retire: standing.retire(now, patience),
                 });
             }
             Err(e) if failures + 1 >= TRIES => {
                 tracing::error!(error = %e, "the versions of the rule in the inventory cannot be read or written: the rule runs, but deletes nothing and retires no kind, until ruleop can read its inventory (check the RBAC of --lease-namespace) and restarts the rule");
                 return Some(Allowed {
-                    prune: false,
+                    prune: Retire::Never,
                     retire: Retire::Never,
                 });
             }
@@ -299,6 +329,47 @@ mod tests {
                 since: JUST_NOW.into()
             }
         );
+    }
+
+    #[test]
+    fn an_unseen_version_is_an_edit_only_where_the_newest_was_loaded_before_it() {
+        let l = log(&[("v1", LONG_AGO), ("v3", JUST_NOW)]);
+        // Loaded v3, then v4: an edit after the newest.
+        assert_eq!(
+            stand(&l, "v4", &["v1".into(), "v3".into(), "v4".into()]),
+            Standing::Newer { why: "edit" }
+        );
+        // Loaded v1, then v2, never v3: v2 may be an old version that never ran.
+        let v2 = stand(&l, "v2", &["v1".into(), "v2".into()]);
+        assert_eq!(v2, Standing::Newer { why: "unseen" });
+        assert_eq!(v2.prune(at(NOW), PATIENCE), Retire::After(PATIENCE));
+        assert_eq!(v2.retire(at(NOW), PATIENCE), Retire::After(PATIENCE));
+    }
+
+    #[test]
+    fn only_a_version_known_to_be_the_newest_prunes_at_once() {
+        let prune = |s: Standing| s.prune(at(NOW), PATIENCE);
+        assert_eq!(prune(Standing::Newer { why: "first" }), Retire::Now);
+        assert_eq!(prune(Standing::Newer { why: "edit" }), Retire::Now);
+        assert_eq!(
+            prune(Standing::Newer { why: "rollback" }),
+            Retire::Now,
+            "the newest had been in force for the whole wait"
+        );
+        let newest = |why: &str, since: &str| Standing::Newest {
+            why: why.into(),
+            since: since.into(),
+        };
+        assert_eq!(prune(newest("unseen", LONG_AGO)), Retire::Now);
+        assert_eq!(
+            prune(newest("unseen", JUST_NOW)),
+            Retire::After(PATIENCE - Duration::from_secs(60))
+        );
+        let older = Standing::Older {
+            newest: "v2".into(),
+            since: JUST_NOW.into(),
+        };
+        assert_eq!(prune(older), Retire::Never);
     }
 
     #[test]

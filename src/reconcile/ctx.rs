@@ -151,9 +151,37 @@ pub struct Kinds {
     pub children: KindTable<ChildKind>,
     pub existing: KindTable<ExistingKind>,
     pub listed: Listed,
-    /// Whether objects the render no longer makes may be deleted: false while the rule's
-    /// version could not be checked against the newest the cluster has run.
-    pub prune: bool,
+    /// When objects the render no longer makes may be deleted.
+    pub prune: PruneFrom,
+}
+
+/// When a rule may take away the objects its render no longer makes: only once its version
+/// is known to be the newest the cluster has run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PruneFrom {
+    Now,
+    /// Its version is one the cluster had not run, loaded by a replica that never loaded
+    /// the newest (it may be an old one that never ran): once it has been the newest for
+    /// the whole wait, from this instant.
+    At(Instant),
+    /// Its version could not be checked against the cluster's newest.
+    Never,
+}
+
+impl PruneFrom {
+    /// Why nothing may be pruned now, if so.
+    pub fn closed(&self) -> Option<&'static str> {
+        match self {
+            PruneFrom::Now => None,
+            PruneFrom::At(t) if Instant::now() >= *t => None,
+            PruneFrom::At(_) => Some(
+                "the rule's version is one the cluster has not run, loaded by a replica that never loaded the newest (it may be an old one that never ran): it prunes once it has been the newest for --rules-settle-seconds",
+            ),
+            PruneFrom::Never => {
+                Some("the rule's version could not be checked against the cluster's newest")
+            }
+        }
+    }
 }
 
 /// Everything a reconcile of one rule's custom resources needs.

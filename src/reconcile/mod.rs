@@ -23,7 +23,7 @@ pub mod record;
 pub mod report;
 pub mod status_write;
 
-pub use ctx::{Choose, Ctx, KindTable, Kinds, Listed, Process, Router};
+pub use ctx::{Choose, Ctx, KindTable, Kinds, Listed, Process, PruneFrom, Router};
 pub use outcome::ReconcileError;
 pub use record::Records;
 

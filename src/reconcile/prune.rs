@@ -71,8 +71,8 @@ pub fn observe_waiting(ctx: &Ctx, ns: &str, uid: &str, out: &Plan, round: &mut R
 /// this round may have failed or still be on its way (its object is not yet what the rule
 /// says, so what replaces what is not known).
 pub fn uncertain(ctx: &Ctx, out: &Plan, round: &Round) -> Option<&'static str> {
-    if !ctx.kinds.prune {
-        Some("the rule's version could not be checked against the cluster's newest")
+    if let Some(why) = ctx.kinds.prune.closed() {
+        Some(why)
     } else if !ctx.kinds.listed.children() {
         Some("a child kind's watch has not listed yet")
     } else if !out.waiting.is_empty() {

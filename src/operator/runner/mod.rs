@@ -15,7 +15,9 @@ use crate::cache::cached::Cached;
 use crate::cache::discovery;
 use crate::cache::watches::{SyncTracker, child_watch, existing_watch, parent_watch};
 use crate::events::EventQueue;
-use crate::reconcile::{Ctx, KindTable, Kinds, Listed, Records, Router, error_policy, reconcile};
+use crate::reconcile::{
+    Ctx, KindTable, Kinds, Listed, PruneFrom, Records, Router, error_policy, reconcile,
+};
 use crate::rules::CompiledRule;
 use futures::StreamExt;
 use kube::runtime::controller::{Config, Controller};
@@ -267,7 +269,7 @@ async fn run(
     // against the versions other replicas' files ran.
     let allowed = match rule.object {
         Some(_) => super::versions::Allowed {
-            prune: true,
+            prune: super::versions::Retire::Now,
             retire: super::versions::Retire::Now,
         },
         None => {
@@ -285,6 +287,11 @@ async fn run(
             };
             allowed
         }
+    };
+    let prune_from = match allowed.prune {
+        super::versions::Retire::Now => PruneFrom::Now,
+        super::versions::Retire::After(wait) => PruneFrom::At(std::time::Instant::now() + wait),
+        super::versions::Retire::Never => PruneFrom::Never,
     };
     // A Rule object's spec is a revision: found, or recorded as the next one.
     let history = match rule.object {
@@ -344,7 +351,11 @@ async fn run(
             rule.clone(),
             parent.resource.kind.clone(),
             opts.scope.namespace.clone(),
-            if allowed.prune { retired } else { Vec::new() },
+            if allowed.prune == super::versions::Retire::Never {
+                Vec::new()
+            } else {
+                retired
+            },
             allowed.retire,
             opts.process.metrics.clone(),
         )
@@ -369,6 +380,18 @@ async fn run(
         Box::new(move |ev| follow.follow_resource(ev)),
     );
     let (reconcile_all, all) = tokio::sync::mpsc::channel::<()>(1);
+    // A version that may prune only after a wait: every resource again when it may.
+    let _prune_opens = match prune_from {
+        PruneFrom::At(t) => {
+            let again = reconcile_all.clone();
+            Some(AbortOnDrop(tokio::spawn(async move {
+                tokio::time::sleep_until(t.into()).await;
+                tracing::info!("this version has been the newest for the whole wait: it now deletes what its render no longer makes");
+                let _ = again.send(()).await;
+            }.in_current_span())))
+        }
+        _ => None,
+    };
 
     let mut controller = Controller::for_stream_with(
         parent_stream,
@@ -452,7 +475,7 @@ async fn run(
                 children,
                 existing,
                 listed: Listed::new(sync.clone(), kinds.len()),
-                prune: allowed.prune,
+                prune: prune_from,
             },
             records: records.clone(),
             events: events.clone(),
