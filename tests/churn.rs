@@ -256,6 +256,7 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
         peers_prefix: "p",
         keep: true,
         mirror: true,
+        deck: Vec::new(),
     };
     let mut replicas: Vec<Replica> = ["a", "b"]
         .into_iter()

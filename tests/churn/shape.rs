@@ -24,6 +24,9 @@ pub struct Shape {
     pub keep: bool,
     /// One object per existing ConfigMap labelled `churn-shared`.
     pub mirror: bool,
+    /// The kinds of edit not yet drawn in this round of seven: every kind comes once
+    /// in every seven edits, whatever the seed.
+    pub deck: Vec<usize>,
 }
 
 impl Shape {
@@ -62,7 +65,11 @@ impl Shape {
     }
 
     pub fn mutate(&mut self, rng: &mut fastrand::Rng) -> &'static str {
-        match rng.usize(0..7) {
+        if self.deck.is_empty() {
+            self.deck = (0..7).collect();
+            rng.shuffle(&mut self.deck);
+        }
+        match self.deck.pop().unwrap_or_default() {
             0 => {
                 self.config_id = if self.config_id == "config" {
                     "settings"
