@@ -164,6 +164,50 @@ async fn a_status_with_hundreds_of_refusals_is_cut_to_fit_and_written() {
     common::delete_namespace(&ns);
 }
 
+/// A status field the CRD's schema refuses (longer than its maxLength) does not freeze the
+/// status: the conditions say why, for this generation, and the field keeps its last
+/// accepted value until the rule's value fits again.
+#[tokio::test]
+async fn a_status_the_schema_refuses_says_why_and_does_not_freeze() {
+    let client = common::client().await;
+    install_crds(&["tests/fixtures/trust/tight-crd.yaml"]);
+    let ns = common::namespace(&client, "trust-refused").await;
+    let dir = tempfile::tempdir().unwrap();
+    let rule = "name: tight\nwatch: {group: trust.ruleop.dev, version: v1, resource: tights}\nchildren:\n  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}-cm\"}, data: {a: \"1\"}}\nstatus:\n  fields:\n    - name: summary\n      value: spec.text\n      type: string\n";
+    let rules = write_rules(dir.path(), rule);
+    let _op = Operator::start(&ns, &[&rules], &[]);
+    let apply = |text: &str| {
+        let t = json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Tight",
+            "metadata": {"name": "t", "namespace": ns}, "spec": {"text": text}});
+        kubectl_ok(&["apply", "-f", "-"], Some(&t.to_string()));
+    };
+    let settled = |reason: &'static str| {
+        move |t: &Value| {
+            t["status"]["observedGeneration"] == t["metadata"]["generation"]
+                && synced(t).is_some_and(|(r, _)| r == reason)
+        }
+    };
+    apply("short");
+    let t = wait_json("tight", &ns, "t", "Synced", settled("Applied")).await;
+    assert_eq!(t["status"]["summary"], "short");
+    apply("a text longer than sixteen bytes");
+    let t = wait_json("tight", &ns, "t", "StatusRefused", settled("StatusRefused")).await;
+    let (_, message) = synced(&t).unwrap();
+    assert!(
+        message.contains("status.summary"),
+        "names the field: {message}"
+    );
+    assert!(message.contains("maxLength"), "says the fix: {message}");
+    assert_eq!(
+        t["status"]["summary"], "short",
+        "the last accepted value stays"
+    );
+    apply("fits");
+    let t = wait_json("tight", &ns, "t", "Synced again", settled("Applied")).await;
+    assert_eq!(t["status"]["summary"], "fits");
+    common::delete_namespace(&ns);
+}
+
 /// `after` waits for the dependency as applied now: when both change in one edit, the
 /// dependent waits until the dependency's new version is ready, not its old one.
 #[tokio::test]

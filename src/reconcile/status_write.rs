@@ -4,7 +4,7 @@
 //! it differs.
 
 use super::ctx::Ctx;
-use super::outcome::{ReconcileError, Sync};
+use super::outcome::{Problem, ReconcileError, Retry, Sync};
 use super::record::{ResourceId, StatusMark};
 use crate::apply::{Lag, ObjectKey};
 use crate::render::{self, FIELD_MANAGER, Plan};
@@ -89,6 +89,24 @@ fn desired_status(
     Value::Object(out)
 }
 
+/// The problem a status refused by the CRD's schema makes (the API server's message, cut).
+fn refusal(message: &str) -> Problem {
+    const MOST: usize = 4096;
+    let mut cut = message.len().min(MOST);
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let more = if cut < message.len() { " …" } else { "" };
+    Problem {
+        reason: "StatusRefused",
+        message: format!(
+            "the API server refused the status the rule computes: {}{more}; make the rule's status fields fit the CRD's status schema (their types, maxLength, maxItems), or widen the schema; the fields keep their last accepted values",
+            &message[..cut]
+        ),
+        retry: Retry::Backoff,
+    }
+}
+
 /// The status we last wrote, while the cached resource is that write or older (`live_rv`):
 /// None once the cache has moved past it (then the cache is the status, and the mark goes).
 fn our_status(mark: &StatusMark, live_rv: &str) -> Option<Value> {
@@ -153,16 +171,31 @@ pub async fn write_status(
         &*ctx.kinds.parent.resource,
     );
     // A field the CRD's status schema does not declare is refused; learned, it is left
-    // out and the write tried again (once per field the schema lacks).
+    // out and the write tried again (once per field the schema lacks). A status the
+    // schema refuses otherwise (a type, a length, a count) is written once more without
+    // the rule's new values, saying why, so that it never freezes.
+    let mut refused = false;
     let written = loop {
         match patch_status(ctx, &api, &key, &status).await {
             Err(kube::Error::Api(e)) if ctx.status_schema.learn_refusal(&e.message) => {
                 ctx.status_schema.strip(&mut status);
-                if current == Some(&status) {
-                    return Ok(());
-                }
+            }
+            Err(kube::Error::Api(e)) if e.code == 422 && !refused => {
+                refused = true;
+                tracing::warn!(rule = %ctx.rule.name, object = %key.name, namespace = %key.namespace, error = %e.message, "the status the rule computes is refused by the custom resource's schema; its conditions say so");
+                let why = Sync::Failed(refusal(&e.message));
+                let kept = Seen {
+                    scope: None,
+                    plan: seen.plan,
+                    observed: seen.observed,
+                };
+                status = desired_status(ctx, cr, cr_json, &kept, current, &why);
+                ctx.status_schema.strip(&mut status);
             }
             other => break other.map_err(ReconcileError::Status)?,
+        }
+        if current == Some(&status) {
+            return Ok(());
         }
     };
     ctx.process.metrics.write(&ctx.rule.name, "status");
