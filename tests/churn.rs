@@ -23,7 +23,7 @@ use common::{Operator, eventually, kubectl_at};
 use k8s_openapi::jiff::Timestamp;
 use ruleop::rules::CompiledRule;
 use serde_json::{Value, json};
-use shape::{Shape, expected, load, random_spec};
+use shape::{Shape, expected, hashes, load, random_spec};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -413,7 +413,7 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
         .ok()
         .and_then(|s| s.parse().ok())
         && tokio::time::timeout(Duration::from_secs(240), async {
-            while converged(&kc, &specs, &want).is_err() {
+            while converged(&kc, &specs, &want, &rule, &shared_in_ns).is_err() {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         })
@@ -430,14 +430,16 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
         Duration::from_secs(240),
         "every resource converged",
         || async {
-            converged(&kc, &specs, &want).err().map_or(Some(()), |why| {
-                let mut last = last.lock().unwrap();
-                if *last != why {
-                    println!("churn: not yet: {why}");
-                    *last = why;
-                }
-                None
-            })
+            converged(&kc, &specs, &want, &rule, &shared_in_ns)
+                .err()
+                .map_or(Some(()), |why| {
+                    let mut last = last.lock().unwrap();
+                    if *last != why {
+                        println!("churn: not yet: {why}");
+                        *last = why;
+                    }
+                    None
+                })
         },
     )
     .await;
@@ -543,13 +545,17 @@ fn converged(
     kc: &str,
     specs: &BTreeMap<String, Value>,
     want: &BTreeSet<(String, String)>,
+    rule: &CompiledRule,
+    shared: &[Value],
 ) -> Result<(), String> {
+    let mut boxes = BTreeMap::new();
     for name in specs.keys() {
         let (ok, out, _) = kubectl_at(kc, &["get", "box", name, "-n", NS, "-o", "json"], None);
         if !ok {
             return Err(format!("box {name} missing"));
         }
         let b: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+        boxes.insert(name.clone(), b.clone());
         for (cond, reason) in [("Synced", "Applied"), ("Ready", "Ready")] {
             let ok = common::condition(&b, cond).is_some_and(|c| c["reason"] == reason);
             if !ok {
@@ -592,6 +598,28 @@ fn converged(
             .map(|k| format!("{k:?}: {}", about[k]))
             .collect();
         return Err(format!("children: missing {missing:?}, extra {extra:?}"));
+    }
+    // Each object is what a fresh render of its resource gives now (its applied hash): not
+    // an older version's template, not another resource's.
+    let mut objects = BTreeMap::new();
+    for kind in ["configmaps", "deployments", "services", "secrets"] {
+        for o in common::list_at(kc, kind, NS, Some("ruleop.dev/rule=churn")) {
+            let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
+            objects.insert((kind_of(kind).to_string(), name), o);
+        }
+    }
+    let live = |kind: &str, name: &str| objects.get(&(kind.to_string(), name.to_string())).cloned();
+    for (name, b) in boxes {
+        for (key, hash) in hashes(rule, &b, shared, &live)? {
+            let o = &objects[&key];
+            let applied = &o["metadata"]["annotations"]["ruleop.dev/applied-hash"];
+            let owner = about[&key]["controller"]["uid"].clone();
+            if applied != &json!(hash) || owner != b["metadata"]["uid"] {
+                return Err(format!(
+                    "box {name}: {key:?} is not what a fresh render gives (hash {applied} for {hash}, controller {owner})"
+                ));
+            }
+        }
     }
     Ok(())
 }

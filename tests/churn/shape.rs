@@ -3,7 +3,7 @@
 
 use ruleop::rules::CompiledRule;
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -133,6 +133,30 @@ pub fn expected(rule: &CompiledRule, cr: &Value, shared: &[Value]) -> BTreeSet<(
     ruleop::render::render_with(rule, &scope, &live)
         .map(|p| p.children.into_iter().map(|c| (c.kind, c.name)).collect())
         .unwrap_or_default()
+}
+
+/// The applied hash of every object a resource's render gives, the resource and the live
+/// children (`live`, by kind and name, for `observed`) as they are in the cluster: what
+/// each of its objects must carry once it has converged.
+pub fn hashes(
+    rule: &CompiledRule,
+    cr: &Value,
+    shared: &[Value],
+    live: &dyn Fn(&str, &str) -> Option<Value>,
+) -> Result<BTreeMap<(String, String), String>, String> {
+    let scope = ruleop::render::scope(rule, cr).map_err(|e| e.to_string())?;
+    let (scope, _) = ruleop::render::find_existing(rule, scope, |_, _| shared.to_vec())
+        .map_err(|e| e.to_string())?;
+    let live = |r: &ruleop::render::Rendered| live(&r.kind, &r.name);
+    let plan = ruleop::render::render_with(rule, &scope, &live).map_err(|e| e.to_string())?;
+    if !plan.waiting.is_empty() {
+        return Err(format!("children wait: {:?}", plan.waiting));
+    }
+    Ok(plan
+        .children
+        .into_iter()
+        .map(|c| ((c.kind, c.name), c.hash))
+        .collect())
 }
 
 pub fn load(text: &str) -> Arc<CompiledRule> {
