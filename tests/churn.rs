@@ -280,21 +280,22 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
         specs.insert(format!("r{i}"), spec);
     }
     let mut next = 4;
-    let shared_in_ns: Vec<Value> = shared.clone();
-    let expect_all = |rule: &CompiledRule, specs: &BTreeMap<String, Value>| {
+    // The objects the `existing` selector finds now (one is relabelled back and forth).
+    let mut shared_in_ns: Vec<Value> = shared.clone();
+    let expect_all = |rule: &CompiledRule, specs: &BTreeMap<String, Value>, shared: &[Value]| {
         specs
             .iter()
             .flat_map(|(name, spec)| {
                 let cr = json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Box",
                     "metadata": {"name": name, "namespace": NS, "uid": "u"}, "spec": spec});
-                expected(rule, &cr, &shared_in_ns)
+                expected(rule, &cr, shared)
             })
             .collect::<BTreeSet<_>>()
     };
     // What every version in a replica's files renders: no replica may delete it.
-    let expect_every = |replicas: &[Replica], specs: &BTreeMap<String, Value>| {
-        let a = expect_all(&replicas[0].current, specs);
-        let b = expect_all(&replicas[1].current, specs);
+    let expect_every = |replicas: &[Replica], specs: &BTreeMap<String, Value>, shared: &[Value]| {
+        let a = expect_all(&replicas[0].current, specs, shared);
+        let b = expect_all(&replicas[1].current, specs, shared);
         a.intersection(&b).cloned().collect::<BTreeSet<_>>()
     };
     // Each step's start and what was expected before and after it.
@@ -303,9 +304,9 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
     // Every orphaned child's object ever seen: none may ever go.
     let mut keeps: BTreeSet<String> = BTreeSet::new();
     for step in 0..steps {
-        let before = expect_every(&replicas, &specs);
+        let before = expect_every(&replicas, &specs, &shared_in_ns);
         let started = Timestamp::now();
-        let what: String = match rng.usize(0..20) {
+        let what: String = match rng.usize(0..21) {
             0..=5 => {
                 let what = shape.mutate(&mut rng);
                 let text = shape.text();
@@ -371,6 +372,23 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
                 kills += 1;
                 format!("kill replica {}", replicas[i].name)
             }
+            19 => {
+                // The selector's objects change: s2 leaves it, or comes back.
+                let s2 = shared[1].clone();
+                if shared_in_ns.len() == 2 {
+                    kubectl_at(
+                        &kc,
+                        &["label", "configmap", "s2", "-n", NS, "churn-shared-"],
+                        None,
+                    );
+                    shared_in_ns.truncate(1);
+                    "s2 leaves the existing selector".into()
+                } else {
+                    apply(&kc, &s2);
+                    shared_in_ns.push(s2);
+                    "s2 comes back to the existing selector".into()
+                }
+            }
             _ => {
                 cluster.ctl("stop", "kube-apiserver");
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -383,7 +401,7 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
         for r in &mut replicas {
             r.catch_up(step);
         }
-        let after = expect_every(&replicas, &specs);
+        let after = expect_every(&replicas, &specs, &shared_in_ns);
         println!("churn: step {step}: {what}");
         marks.push((started, before, after, what));
         keeps.extend(
@@ -404,7 +422,7 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
 
     // Every resource converges to a fresh render, Synced and Ready.
     let rule = load(&shape.text());
-    let want = expect_all(&rule, &specs);
+    let want = expect_all(&rule, &specs, &shared_in_ns);
     let took = std::time::Instant::now();
     let last = std::sync::Mutex::new(String::new());
     // RULEOP_CHURN_HOLD=<seconds>: a failing run leaves everything up that long first,

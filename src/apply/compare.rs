@@ -35,9 +35,36 @@ fn is_keyed(field: &str) -> bool {
     KEYED_LISTS.contains(&field)
 }
 
-/// Whether `live` holds everything in `desired`.
+/// Whether `live` holds everything in `desired` (as the server stores it: see [`as_stored`]).
 pub fn is_subset(desired: &Value, live: &Value) -> bool {
-    subset_at("", desired, live)
+    subset_at("", &as_stored(desired), live)
+}
+
+/// A rendered object as the server stores it, where that differs from what is sent: a
+/// Secret's `stringData` is write-only, merged into `data` (base64) and never returned, so
+/// compared as that `data` (a key in both is `stringData`'s); without this, every Secret
+/// with `stringData` would look changed to a replica with no memory of its last write.
+pub fn as_stored(desired: &Value) -> std::borrow::Cow<'_, Value> {
+    use base64::Engine as _;
+    let is_secret = desired["kind"] == "Secret" && desired["apiVersion"] == "v1";
+    let Some(strings) = desired.get("stringData").and_then(Value::as_object) else {
+        return std::borrow::Cow::Borrowed(desired);
+    };
+    if !is_secret {
+        return std::borrow::Cow::Borrowed(desired);
+    }
+    let mut stored = desired.clone();
+    let mut data = stored["data"].as_object().cloned().unwrap_or_default();
+    for (k, v) in strings {
+        let text = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+        let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+        data.insert(k.clone(), Value::String(encoded));
+    }
+    if let Some(o) = stored.as_object_mut() {
+        o.remove("stringData");
+        o.insert("data".into(), Value::Object(data));
+    }
+    std::borrow::Cow::Owned(stored)
 }
 
 fn subset_at(field: &str, desired: &Value, live: &Value) -> bool {
@@ -103,6 +130,23 @@ fn is_empty(v: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secrets_string_data_is_compared_as_the_data_the_server_keeps() {
+        let desired = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "stringData": {"a": "b"}, "data": {"c": "ZA=="}});
+        let live = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "uid": "u"},
+            "data": {"a": "Yg==", "c": "ZA=="}, "type": "Opaque"});
+        assert!(is_subset(&desired, &live));
+        let changed = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "data": {"a": "Yw==", "c": "ZA=="}});
+        assert!(!is_subset(&desired, &changed), "a value changed by hand");
+        let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "stringData": {"a": "b"}});
+        assert!(
+            !is_subset(&config, &json!({"apiVersion": "v1", "kind": "ConfigMap"})),
+            "only a Secret's stringData is write-only"
+        );
+    }
     use serde_json::json;
 
     #[test]

@@ -176,6 +176,18 @@ pub fn for_kind(rule: &CompiledRule, api_version: &str, kind: &str) -> Keep {
             for k in ["apiVersion", "kind", "metadata"] {
                 f.remove(k);
             }
+            // A Secret's `stringData` is stored as `data` (and never returned): what the
+            // comparison reads of it is there.
+            if api_version == "v1"
+                && kind == "Secret"
+                && let Some(strings) = f.get("stringData").cloned()
+            {
+                let data = match f.remove("data") {
+                    Some(d) => d.union(strings),
+                    None => strings,
+                };
+                f.insert("data".into(), data);
+            }
             Keep::Fields(f)
         }
         all => all,
@@ -187,6 +199,17 @@ mod tests {
     use super::*;
     use crate::rules::testing::rule;
     use serde_json::json;
+
+    #[test]
+    fn a_secrets_string_data_is_kept_as_the_data_it_is_stored_as() {
+        let r = rule(
+            "name: s\nwatch: {group: x.io, version: v1, resource: ws}\nchildren:\n  - id: s\n    template: {apiVersion: v1, kind: Secret, metadata: {name: \"{{ name }}\"}, stringData: {a: b}}\n",
+        );
+        let mut live = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"},
+            "data": {"a": "Yg==", "other": "eA=="}, "type": "Opaque"});
+        for_kind(&r, "v1", "Secret").apply(&mut live);
+        assert_eq!(live["data"], json!({"a": "Yg=="}));
+    }
 
     const RULE: &str = "name: w\nwatch: {group: x.io, version: v1, resource: ws}\nchildren:\n  - id: d\n    template:\n      apiVersion: apps/v1\n      kind: Deployment\n      metadata: {name: \"{{ name }}\"}\n      spec:\n        selector: {matchLabels: \"{{ labels }}\"}\n        template:\n          spec:\n            containers:\n              - name: app\n                image: \"{{ spec.image }}\"\n                ports: [{containerPort: 80}]\n  - id: s\n    template:\n      apiVersion: v1\n      kind: Service\n      metadata: {name: \"{{ name }}\"}\n      spec: {ports: [{port: 80}]}\nstatus:\n  fields:\n    - {name: ready, from: d, path: $.status.readyReplicas, type: integer}\n";
 

@@ -107,10 +107,12 @@ impl Shape {
 }
 
 pub fn random_spec(rng: &mut fastrand::Rng) -> Value {
-    let peers: Vec<&str> = ["a", "b", "c", "d"]
+    // A subset, in any order (a reordered list keeps its objects: they are named by item).
+    let mut peers: Vec<&str> = ["a", "b", "c", "d"]
         .into_iter()
         .filter(|_| rng.bool())
         .collect();
+    rng.shuffle(&mut peers);
     let greeting = ["hi", "hello", "hey"][rng.usize(0..3)];
     let image = ["nginx:1.27", "nginx:1.28"][rng.usize(0..2)];
     json!({"greeting": greeting, "image": image, "expose": rng.bool(), "peers": peers})
