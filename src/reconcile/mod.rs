@@ -91,7 +91,24 @@ async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Actio
             if !synced {
                 return Ok(Action::requeue(Duration::from_millis(250)));
             }
-            return deletion::step(&ctx, &r, &cr).await;
+            // A deletion that cannot go on (a finalizer or a child's delete refused) is
+            // said on the resource, then retried with backoff.
+            let step = deletion::step(&ctx, &r, &cr).await;
+            if let Err(e) = &step
+                && !matches!(e, ReconcileError::NotLeader)
+            {
+                let note = format!("the deletion cannot go on: {e}");
+                report::event(
+                    &ctx,
+                    &cr,
+                    kube::runtime::events::EventType::Warning,
+                    "DeletionBlocked",
+                    "Delete",
+                    note,
+                    None,
+                );
+            }
+            return step;
         }
         // The garbage collector removes the children (ownerReferences); writes still on
         // their way have nothing left to do, and the existing objects it read no longer
