@@ -191,3 +191,102 @@ async fn dropping_ordered_deletion_with_the_rbac_regenerated_still_releases_fina
     common::delete_namespace(&ns);
     common::delete_namespace(&op_ns);
 }
+
+/// `rbac` with `patch` and `update` on the watched kind taken away (`boxes` and its
+/// subresources): ruleop can no longer release its finalizers.
+fn without_writes_on_boxes(rbac: &str) -> String {
+    let mut docs = Vec::new();
+    for d in serde_yaml::Deserializer::from_str(rbac) {
+        use serde::Deserialize;
+        let mut v = Value::deserialize(d).unwrap();
+        if let Some(rules) = v["rules"].as_array_mut() {
+            for r in rules.iter_mut() {
+                let on_boxes = r["resources"].as_array().is_some_and(|rs| {
+                    rs.iter()
+                        .any(|x| x.as_str().is_some_and(|x| x.starts_with("boxes")))
+                });
+                if on_boxes && let Some(verbs) = r["verbs"].as_array_mut() {
+                    verbs.retain(|v| v != "patch" && v != "update");
+                }
+            }
+            rules.retain(|r| r["verbs"].as_array().is_some_and(|v| !v.is_empty()));
+        }
+        docs.push(serde_yaml::to_string(&v).unwrap());
+    }
+    docs.join("---\n")
+}
+
+/// A resource whose deletion cannot go on (the RBAC no longer lets ruleop release its
+/// finalizer) says so in a `DeletionBlocked` Warning Event, and goes once it may.
+#[tokio::test]
+async fn a_deletion_that_cannot_release_its_finalizer_says_so_and_goes_once_allowed() {
+    let client = common::client().await;
+    install_crds(&[CRD]);
+    let ns = common::namespace(&client, "trust-blocked").await;
+    let op_ns = common::namespace(&client, "trust-blocked-op").await;
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    let rule = format!(
+        "name: blocked\n{WATCH}\ndeletion: Ordered\nchildren:\n  - id: cm\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: \"{{{{ name }}}}-cm\"}}, data: {{v: \"1\"}}}}\n"
+    );
+    std::fs::write(&rules, rule).unwrap();
+    let rules = rules.to_str().unwrap().to_string();
+    let name = format!("ruleop-{op_ns}");
+    let rbac = generated_rbac(&[&rules], &ns, &op_ns, &name, |_| false);
+    kubectl_ok(&["apply", "-f", "-"], Some(&rbac));
+    let (_kc_dir, kc) = service_account_kubeconfig(&op_ns, "ruleop");
+    let _op = Operator::start_with_env(
+        &ns,
+        &[&rules],
+        &["--lease-namespace", &op_ns],
+        &[("KUBECONFIG", &kc)],
+    );
+    apply_box(&ns, "f", json!({}));
+    wait_json("box", &ns, "f", "held by the finalizer", |b| {
+        b["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == "ruleop.dev/ordered-deletion"))
+    })
+    .await;
+    wait_json("configmap", &ns, "f-cm", "made", |_| true).await;
+
+    kubectl_ok(&["apply", "-f", "-"], Some(&without_writes_on_boxes(&rbac)));
+    kubectl_ok(&["delete", "box", "f", "-n", &ns, "--wait=false"], None);
+    let note = eventually(T, "a DeletionBlocked Event on the box", || async {
+        let (_, out, _) = kubectl(
+            &[
+                "get",
+                "events",
+                "-n",
+                &ns,
+                "--field-selector",
+                "reason=DeletionBlocked,involvedObject.name=f",
+                "-o",
+                "json",
+            ],
+            None,
+        );
+        let list: Value = serde_json::from_str(&out).ok()?;
+        let e = list["items"].as_array()?.first()?.clone();
+        (e["type"] == "Warning").then(|| e["message"].as_str().unwrap_or("").to_string())
+    })
+    .await;
+    assert!(
+        note.contains("forbidden"),
+        "the API server's answer: {note}"
+    );
+    assert!(
+        get_json("box", &ns, "f").is_some(),
+        "held while it may not release"
+    );
+
+    kubectl_ok(&["apply", "-f", "-"], Some(&rbac));
+    eventually(
+        Duration::from_secs(120),
+        "the box gone once allowed",
+        || async { get_json("box", &ns, "f").is_none().then_some(()) },
+    )
+    .await;
+    common::delete_namespace(&ns);
+    common::delete_namespace(&op_ns);
+}
