@@ -71,7 +71,7 @@ impl Replica {
             // A version the cluster has not run, on a replica that never loaded the
             // newest, prunes only after this wait (the files lag a few steps at most).
             "--rules-settle-seconds",
-            "30",
+            "60",
         ];
         self.op = Some(Operator::start_with_env(
             NS,
@@ -629,9 +629,12 @@ fn converged(
     let live = |kind: &str, name: &str| objects.get(&(kind.to_string(), name.to_string())).cloned();
     for (name, b) in boxes {
         for (key, hash) in hashes(rule, &b, shared, &live)? {
-            let o = &objects[&key];
+            // (Listed again: an object may come or go between the two listings.)
+            let (Some(o), Some(about)) = (objects.get(&key), about.get(&key)) else {
+                return Err(format!("box {name}: {key:?} is missing"));
+            };
             let applied = &o["metadata"]["annotations"]["ruleop.dev/applied-hash"];
-            let owner = about[&key]["controller"]["uid"].clone();
+            let owner = about["controller"]["uid"].clone();
             if applied != &json!(hash) || owner != b["metadata"]["uid"] {
                 return Err(format!(
                     "box {name}: {key:?} is not what a fresh render gives (hash {applied} for {hash}, controller {owner})"

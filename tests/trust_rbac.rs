@@ -251,6 +251,24 @@ async fn a_deletion_that_cannot_release_its_finalizer_says_so_and_goes_once_allo
     wait_json("configmap", &ns, "f-cm", "made", |_| true).await;
 
     kubectl_ok(&["apply", "-f", "-"], Some(&without_writes_on_boxes(&rbac)));
+    let account = format!("system:serviceaccount:{op_ns}:ruleop");
+    eventually(T, "the authorizer refusing the patch", || async {
+        let (_, out, _) = kubectl(
+            &[
+                "auth",
+                "can-i",
+                "patch",
+                "boxes.trust.ruleop.dev",
+                "-n",
+                &ns,
+                "--as",
+                &account,
+            ],
+            None,
+        );
+        (out.trim() == "no").then_some(())
+    })
+    .await;
     kubectl_ok(&["delete", "box", "f", "-n", &ns, "--wait=false"], None);
     let note = eventually(T, "a DeletionBlocked Event on the box", || async {
         let (_, out, _) = kubectl(

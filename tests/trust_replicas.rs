@@ -156,7 +156,7 @@ async fn a_version_that_never_ran_prunes_nothing_until_it_has_been_the_newest_fo
     .await;
 
     let mut b_args = replica_args(&ns, "trust-unseen", "standby");
-    b_args.extend(["--rules-settle-seconds".to_string(), "15".to_string()]);
+    b_args.extend(["--rules-settle-seconds".to_string(), "60".to_string()]);
     let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
     let standby = Operator::start(&ns, &[b_file.to_str().unwrap()], &b_args);
     standby.admin_addr().await;
@@ -183,11 +183,15 @@ async fn a_version_that_never_ran_prunes_nothing_until_it_has_been_the_newest_fo
         standby.logs()
     );
     // Once it has been the newest for the whole wait, it is taken for the newest.
-    eventually(T, "v2 prunes after its wait", || async {
-        get_json("configmap", &ns, "b-third")
-            .is_none()
-            .then_some(())
-    })
+    eventually(
+        Duration::from_secs(120),
+        "v2 prunes after its wait",
+        || async {
+            get_json("configmap", &ns, "b-third")
+                .is_none()
+                .then_some(())
+        },
+    )
     .await;
     common::delete_namespace(&ns);
 }

@@ -3,7 +3,7 @@
 //! and whether a rendered child must be applied at all ([`needs_apply`]). Where the last
 //! writes are kept is the reconcile's (one record per custom resource).
 
-use super::compare::{is_subset, project};
+use super::compare::{as_stored, is_subset, project};
 use crate::render::{HASH_ANNOTATION, Rendered};
 use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
@@ -68,7 +68,7 @@ impl Written {
 
 /// A hash of the part of `live` that `rendered` sets ([`project`]).
 pub fn canonical_hash(rendered: &Value, live: &Value) -> String {
-    crate::render::hash_of(&project(rendered, live))
+    crate::render::hash_of(&project(&as_stored(rendered), live))
 }
 
 /// Whether `observed` is `written` or older, judged as the API server's etcd storage

@@ -96,6 +96,7 @@ async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Actio
             let step = deletion::step(&ctx, &r, &cr).await;
             if let Err(e) = &step
                 && !matches!(e, ReconcileError::NotLeader)
+                && !is_conflict(e)
             {
                 let note = format!("the deletion cannot go on: {e}");
                 report::event(

@@ -183,7 +183,13 @@ pub async fn write_status(
             Err(kube::Error::Api(e)) if e.code == 422 && !refused => {
                 refused = true;
                 tracing::warn!(rule = %ctx.rule.name, object = %key.name, namespace = %key.namespace, error = %e.message, "the status the rule computes is refused by the custom resource's schema; its conditions say so");
-                let why = Sync::Failed(refusal(&e.message));
+                // The children's own problem, if any, stays first; the refusal joins it.
+                let mut problems = match sync {
+                    Sync::Failed(p) => vec![p.clone()],
+                    Sync::Ok => Vec::new(),
+                };
+                problems.push(refusal(&e.message));
+                let why = Sync::of(problems);
                 let kept = Seen {
                     scope: None,
                     plan: seen.plan,

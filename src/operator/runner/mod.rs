@@ -290,7 +290,9 @@ async fn run(
     };
     let prune_from = match allowed.prune {
         super::versions::Retire::Now => PruneFrom::Now,
-        super::versions::Retire::After(wait) => PruneFrom::At(std::time::Instant::now() + wait),
+        super::versions::Retire::After(wait) => std::time::Instant::now()
+            .checked_add(wait)
+            .map_or(PruneFrom::Never, PruneFrom::At),
         super::versions::Retire::Never => PruneFrom::Never,
     };
     // A Rule object's spec is a revision: found, or recorded as the next one.
