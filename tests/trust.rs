@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{Operator, condition, eventually, get_json, install_crds, kubectl_ok, wait_json};
+use common::{
+    Operator, apply_box, condition, eventually, get_json, install_crds, kubectl_ok, wait_json,
+};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -18,12 +20,6 @@ fn write_rules(dir: &Path, text: &str) -> String {
     let path = dir.join("rules.yaml");
     std::fs::write(&path, text).unwrap();
     path.to_str().unwrap().to_string()
-}
-
-fn apply_box(ns: &str, name: &str, spec: Value) {
-    let b = json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Box",
-        "metadata": {"name": name, "namespace": ns}, "spec": spec});
-    kubectl_ok(&["apply", "-f", "-"], Some(&b.to_string()));
 }
 
 fn uid(v: &Value) -> String {

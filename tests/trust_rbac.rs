@@ -4,9 +4,10 @@
 
 mod common;
 
-use common::access::{generated_rbac, service_account_kubeconfig};
+use common::access::{edit_rules, generated_rbac, service_account_kubeconfig};
 use common::{
-    Operator, condition, eventually, get_json, install_crds, kubectl, kubectl_ok, wait_json,
+    Operator, apply_box, condition, eventually, get_json, install_crds, kubectl, kubectl_ok,
+    wait_json,
 };
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -15,10 +16,17 @@ const T: Duration = Duration::from_secs(60);
 const CRD: &str = "tests/fixtures/trust/crd.yaml";
 const WATCH: &str = "watch: {group: trust.ruleop.dev, version: v1, resource: boxes}";
 
-fn apply_box(ns: &str, name: &str, spec: Value) {
-    let b = json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Box",
-        "metadata": {"name": name, "namespace": ns}, "spec": spec});
-    kubectl_ok(&["apply", "-f", "-"], Some(&b.to_string()));
+/// Applies Box `f` and waits until ruleop holds it with its ordered-deletion finalizer and
+/// has made its ConfigMap `f-cm`.
+async fn box_held_by_its_finalizer(ns: &str) {
+    apply_box(ns, "f", json!({}));
+    wait_json("box", ns, "f", "held by the finalizer", |b| {
+        b["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == "ruleop.dev/ordered-deletion"))
+    })
+    .await;
+    wait_json("configmap", ns, "f-cm", "made", |_| true).await;
 }
 
 fn uid(v: &Value) -> String {
@@ -162,14 +170,7 @@ async fn dropping_ordered_deletion_with_the_rbac_regenerated_still_releases_fina
         &["--lease-namespace", &op_ns, "--rules-poll-seconds", "1"],
         &[("KUBECONFIG", &kc)],
     );
-    apply_box(&ns, "f", json!({}));
-    wait_json("box", &ns, "f", "held by the finalizer", |b| {
-        b["metadata"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| f.iter().any(|x| x == "ruleop.dev/ordered-deletion"))
-    })
-    .await;
-    wait_json("configmap", &ns, "f-cm", "made", |_| true).await;
+    box_held_by_its_finalizer(&ns).await;
 
     // The rule no longer asks for order; its RBAC is generated again from it.
     std::fs::write(dir.path().join("rules.yaml"), rule(false)).unwrap();
@@ -195,25 +196,18 @@ async fn dropping_ordered_deletion_with_the_rbac_regenerated_still_releases_fina
 /// `rbac` with `patch` and `update` on the watched kind taken away (`boxes` and its
 /// subresources): ruleop can no longer release its finalizers.
 fn without_writes_on_boxes(rbac: &str) -> String {
-    let mut docs = Vec::new();
-    for d in serde_yaml::Deserializer::from_str(rbac) {
-        use serde::Deserialize;
-        let mut v = Value::deserialize(d).unwrap();
-        if let Some(rules) = v["rules"].as_array_mut() {
-            for r in rules.iter_mut() {
-                let on_boxes = r["resources"].as_array().is_some_and(|rs| {
-                    rs.iter()
-                        .any(|x| x.as_str().is_some_and(|x| x.starts_with("boxes")))
-                });
-                if on_boxes && let Some(verbs) = r["verbs"].as_array_mut() {
-                    verbs.retain(|v| v != "patch" && v != "update");
-                }
+    edit_rules(rbac, |rules| {
+        for r in rules.iter_mut() {
+            let on_boxes = r["resources"].as_array().is_some_and(|rs| {
+                rs.iter()
+                    .any(|x| x.as_str().is_some_and(|x| x.starts_with("boxes")))
+            });
+            if on_boxes && let Some(verbs) = r["verbs"].as_array_mut() {
+                verbs.retain(|v| v != "patch" && v != "update");
             }
-            rules.retain(|r| r["verbs"].as_array().is_some_and(|v| !v.is_empty()));
         }
-        docs.push(serde_yaml::to_string(&v).unwrap());
-    }
-    docs.join("---\n")
+        rules.retain(|r| r["verbs"].as_array().is_some_and(|v| !v.is_empty()));
+    })
 }
 
 /// A resource whose deletion cannot go on (the RBAC no longer lets ruleop release its
@@ -241,14 +235,7 @@ async fn a_deletion_that_cannot_release_its_finalizer_says_so_and_goes_once_allo
         &["--lease-namespace", &op_ns],
         &[("KUBECONFIG", &kc)],
     );
-    apply_box(&ns, "f", json!({}));
-    wait_json("box", &ns, "f", "held by the finalizer", |b| {
-        b["metadata"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| f.iter().any(|x| x == "ruleop.dev/ordered-deletion"))
-    })
-    .await;
-    wait_json("configmap", &ns, "f-cm", "made", |_| true).await;
+    box_held_by_its_finalizer(&ns).await;
 
     kubectl_ok(&["apply", "-f", "-"], Some(&without_writes_on_boxes(&rbac)));
     let account = format!("system:serviceaccount:{op_ns}:ruleop");

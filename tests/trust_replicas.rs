@@ -16,6 +16,14 @@ fn lease_holder(ns: &str, name: &str) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
+/// Waits until `id` holds `lease` in `ns`.
+async fn leads(ns: &str, lease: &str, id: &str, within: Duration) {
+    eventually(within, &format!("{id} leads"), || async {
+        (lease_holder(ns, lease).as_deref() == Some(id)).then_some(())
+    })
+    .await;
+}
+
 fn uid(v: &Value) -> String {
     v["metadata"]["uid"]
         .as_str()
@@ -62,13 +70,8 @@ async fn a_replica_with_an_older_rule_retires_no_kind_the_newer_one_added() {
     let a_args = args("newer");
     let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
     let mut a = Operator::start(&ns, &[a_file.to_str().unwrap()], &a_args);
-    eventually(T, "the first replica leads", || async {
-        (lease_holder(&ns, "trust-stale").as_deref() == Some("newer")).then_some(())
-    })
-    .await;
-    let b = json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Box",
-        "metadata": {"name": "b", "namespace": ns}, "spec": {}});
-    common::kubectl_ok(&["apply", "-f", "-"], Some(&b.to_string()));
+    leads(&ns, "trust-stale", "newer", T).await;
+    common::apply_box(&ns, "b", json!({}));
     wait_json("configmap", &ns, "b-a", "made by the first version", |_| {
         true
     })
@@ -83,12 +86,7 @@ async fn a_replica_with_an_older_rule_retires_no_kind_the_newer_one_added() {
     let older_op = Operator::start(&ns, &[b_file.to_str().unwrap()], &b_args);
     older_op.admin_addr().await;
     a.kill();
-    eventually(
-        Duration::from_secs(30),
-        "the older replica leads",
-        || async { (lease_holder(&ns, "trust-stale").as_deref() == Some("older")).then_some(()) },
-    )
-    .await;
+    leads(&ns, "trust-stale", "older", Duration::from_secs(30)).await;
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(20) {
         let s = get_json("secret", &ns, "b-s")
@@ -137,13 +135,8 @@ async fn a_version_that_never_ran_prunes_nothing_until_it_has_been_the_newest_fo
     let a_args = replica_args(&ns, "trust-unseen", "leader");
     let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
     let mut a = Operator::start(&ns, &[a_file.to_str().unwrap()], &a_args);
-    eventually(T, "the first replica leads", || async {
-        (lease_holder(&ns, "trust-unseen").as_deref() == Some("leader")).then_some(())
-    })
-    .await;
-    let b = json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Box",
-        "metadata": {"name": "b", "namespace": ns}, "spec": {}});
-    common::kubectl_ok(&["apply", "-f", "-"], Some(&b.to_string()));
+    leads(&ns, "trust-unseen", "leader", T).await;
+    common::apply_box(&ns, "b", json!({}));
     wait_json("configmap", &ns, "b-first", "made by v1", |_| true).await;
     std::fs::write(&a_file, &v3).unwrap();
     let made = wait_json("configmap", &ns, "b-third", "made by v3", |_| true).await;
@@ -161,10 +154,7 @@ async fn a_version_that_never_ran_prunes_nothing_until_it_has_been_the_newest_fo
     let standby = Operator::start(&ns, &[b_file.to_str().unwrap()], &b_args);
     standby.admin_addr().await;
     a.kill();
-    eventually(Duration::from_secs(30), "the standby leads", || async {
-        (lease_holder(&ns, "trust-unseen").as_deref() == Some("standby")).then_some(())
-    })
-    .await;
+    leads(&ns, "trust-unseen", "standby", Duration::from_secs(30)).await;
     // v2 runs (it makes its own child) ...
     wait_json("configmap", &ns, "b-second", "made by v2", |_| true).await;
     // ... but deletes nothing for a while: v3's object stays, the same object.

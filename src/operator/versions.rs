@@ -297,6 +297,14 @@ mod tests {
             .collect()
     }
 
+    /// The standing of the newest version recorded, as `why`, since `since`.
+    fn newest(why: &str, since: &str) -> Standing {
+        Standing::Newest {
+            why: why.into(),
+            since: since.into(),
+        }
+    }
+
     fn stand(l: &[Version], mine: &str, loaded: &[String]) -> Standing {
         standing(l, mine, loaded, at(NOW), PATIENCE)
     }
@@ -356,10 +364,6 @@ mod tests {
             Retire::Now,
             "the newest had been in force for the whole wait"
         );
-        let newest = |why: &str, since: &str| Standing::Newest {
-            why: why.into(),
-            since: since.into(),
-        };
         assert_eq!(prune(newest("unseen", LONG_AGO)), Retire::Now);
         assert_eq!(
             prune(newest("unseen", JUST_NOW)),
@@ -414,10 +418,6 @@ mod tests {
             Retire::After(PATIENCE),
             "unseen: it may be an old version that never ran"
         );
-        let newest = |why: &str, since: &str| Standing::Newest {
-            why: why.into(),
-            since: since.into(),
-        };
         assert_eq!(retire(newest("unseen", LONG_AGO)), Retire::Now);
         assert_eq!(
             retire(newest("unseen", JUST_NOW)),

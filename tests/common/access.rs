@@ -37,20 +37,28 @@ pub fn generated_rbac(
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
+    edit_rules(&text, |rules| {
+        rules.retain(|r| {
+            let resources: Vec<&str> = r["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            !drop(&resources)
+        })
+    })
+}
+
+/// A stream of RBAC documents with `edit` applied to the `rules` of each (Role or
+/// ClusterRole; the others as they are).
+pub fn edit_rules(rbac: &str, mut edit: impl FnMut(&mut Vec<Value>)) -> String {
     let mut docs = Vec::new();
-    for d in serde_yaml::Deserializer::from_str(&text) {
+    for d in serde_yaml::Deserializer::from_str(rbac) {
         use serde::Deserialize;
         let mut v = Value::deserialize(d).unwrap();
         if let Some(rules) = v.get_mut("rules").and_then(Value::as_array_mut) {
-            rules.retain(|r| {
-                let resources: Vec<&str> = r["resources"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .collect();
-                !drop(&resources)
-            });
+            edit(rules);
         }
         docs.push(serde_yaml::to_string(&v).unwrap());
     }

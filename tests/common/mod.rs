@@ -11,6 +11,13 @@ use kube::Client;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+/// Applies a Box (the trust tests' kind, tests/fixtures/trust/crd.yaml) `name` with `spec`.
+pub fn apply_box(ns: &str, name: &str, spec: serde_json::Value) {
+    let b = serde_json::json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Box",
+        "metadata": {"name": name, "namespace": ns}, "spec": spec});
+    kubectl_ok(&["apply", "-f", "-"], Some(&b.to_string()));
+}
+
 /// A client for the local control plane. Fails loudly when there is none.
 pub async fn client() -> Client {
     if std::env::var_os("KUBECONFIG").is_none() {
