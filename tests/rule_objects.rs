@@ -250,6 +250,16 @@ async fn the_webhook_refuses_a_broken_rule_and_with_ruleop_down_the_last_good_re
     );
     let (ok, _, err) = kubectl(&["apply", "-f", "-"], Some(&text));
     assert!(!ok, "refused for real too: {err}");
+    // A second Rule on the kind this one serves is refused, naming the one serving.
+    let second = website_rule(&format!("second-{ns}"), &ns);
+    let (ok, _, err) = kubectl(
+        &["apply", "-f", "-"],
+        Some(&serde_json::to_string(&second).unwrap()),
+    );
+    assert!(
+        !ok && err.contains(&format!("is served by rule `{name}` (Rule/{name})")),
+        "{err}"
+    );
     assert_eq!(
         get_json("rule", "", &name).unwrap()["metadata"]["generation"],
         1

@@ -4,7 +4,8 @@
 //! the rule's label, each existing kind), how a cache holds an object ([`cached`]: its
 //! JSON text) and what it keeps of a child ([`keep`]), the children of each resource
 //! ([`owners`]), a watch's re-list followed to its end ([`relist`]), what an existing
-//! lookup finds ([`existing`]), and the kinds the cluster serves ([`discovery`]; their
+//! lookup finds ([`existing`]), a watched resource that does not decode kept apart from the
+//! rest ([`tolerant`]), and the kinds the cluster serves ([`discovery`]; their
 //! schemas from `/openapi/v3`: [`openapi`]).
 //!
 //! Uses: `rules` (what a rule reads), `render` (the rule's label, a lookup) and `apply`
@@ -19,4 +20,5 @@ pub mod keep;
 pub mod openapi;
 pub mod owners;
 pub mod relist;
+pub mod tolerant;
 pub mod watches;

@@ -117,9 +117,14 @@ pub fn parent_watch(
     follow: Follow,
 ) -> impl Stream<Item = Result<Cached, watcher::Error>> + Send + 'static {
     let sync = sync.clone();
-    let api = scoped(client, &parent.resource, scope.namespace.as_deref());
+    // One resource that does not decode must not fail the list of them all.
+    let api: Api<super::tolerant::Tolerant> = match scope.namespace.as_deref() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &*parent.resource),
+        None => Api::all_with(client.clone(), &*parent.resource),
+    };
     watcher(api, watcher::Config::default().timeout(scope.timeout))
         .backoff(watch_backoff())
+        .map_ok(super::tolerant::dynamic)
         .modify(crate::apply::slim)
         .inspect_ok(move |ev| follow(ev))
         .map_ok(cached::compact(&parent.resource))

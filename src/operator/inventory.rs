@@ -302,26 +302,60 @@ pub enum Retire {
     Never,
 }
 
-/// Cleans up the kinds `rule` no longer makes (recorded in the inventory, when `policy`
-/// allows, or `also`, from the rule's previous version in this process). The record first
-/// becomes what was recorded plus what the rule makes now (so a kind added now is known
-/// even while a cleanup is pending); each retired kind leaves it once its children are
-/// gone. Kinds whose cleanup fails (a 403: the RBAC of the new rules no longer covers the
-/// kind) are retried with backoff, counted in `ruleop_retired_kinds_pending`, until they
-/// succeed or the rule stops. The children are deleted with `children` (the rule's client:
-/// as its ServiceAccount when it names one).
-#[allow(clippy::too_many_arguments)]
-pub async fn retire(
-    inventory: Inventory,
-    children: Client,
-    rule: std::sync::Arc<CompiledRule>,
-    parent_kind: String,
-    namespace: Option<String>,
-    also: Vec<Made>,
-    policy: Retire,
-    metrics: std::sync::Arc<crate::metrics::Metrics>,
-) {
-    let now = kinds_of(&rule);
+/// One rule's retirement of the kinds it no longer makes.
+pub struct Retirement {
+    pub inventory: Inventory,
+    /// The rule's client (as its ServiceAccount when it names one).
+    pub children: Client,
+    pub rule: std::sync::Arc<CompiledRule>,
+    pub parent_kind: String,
+    pub namespace: Option<String>,
+    /// The kinds the rule's previous version in this process made.
+    pub also: Vec<Made>,
+    pub policy: Retire,
+    /// The kinds some revision in force makes (the newest's; in a rollout, the previous
+    /// one's too; a pinned revision's): none of these is retired, whichever revision a
+    /// resource is on.
+    pub in_force: BTreeSet<Made>,
+    /// True until the retirement is over (its kinds' objects gone or let go, or kept for
+    /// good): while it is, no resource of the rule releases its orphans' finalizer (an
+    /// object of a retired kind that asks to be orphaned is let go first).
+    pub pending: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+}
+
+/// The union of the kinds of every revision in force.
+pub fn kinds_in_force<'a>(revisions: impl IntoIterator<Item = &'a CompiledRule>) -> BTreeSet<Made> {
+    revisions.into_iter().flat_map(kinds_of).collect()
+}
+
+/// Cleans up the kinds no revision in force makes (recorded in the inventory, when the
+/// policy allows, or `also`, from the rule's previous version in this process). The record
+/// first becomes what was recorded plus what is in force (so a kind added now is known even
+/// while a cleanup is pending); each retired kind leaves it once its children are gone.
+/// Kinds whose cleanup fails (a 403: the RBAC of the new rules no longer covers the kind)
+/// are retried with backoff, counted in `ruleop_retired_kinds_pending`, until they succeed
+/// or the rule stops.
+pub async fn retire(r: Retirement) {
+    struct Done<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.store(false, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let _done = Done(&r.pending);
+    let Retirement {
+        inventory,
+        children,
+        rule,
+        parent_kind,
+        namespace,
+        also,
+        policy,
+        in_force: now,
+        metrics,
+        ..
+    } = &r;
     let key = key(&rule.name, namespace.as_deref());
     let pending = metrics
         .retired_kinds_pending
@@ -330,13 +364,13 @@ pub async fn retire(
         })
         .clone();
     let seen_here = |m: &Made| also.iter().any(|a| a.group_kind() == m.group_kind());
-    let mut recorded_too = policy == Retire::Now;
+    let mut recorded_too = *policy == Retire::Now;
     let mut attempt = 0;
     loop {
         let result = async {
             let mut record = inventory.recorded(&key).await?;
             record.extend(also.iter().cloned());
-            let gone = retired(&record, &now);
+            let gone = retired(&record, now);
             record.extend(now.iter().cloned());
             inventory.record(&key, &record).await?;
             let (go, kept): (Vec<Made>, Vec<Made>) =
@@ -345,9 +379,9 @@ pub async fn retire(
             let mut failed = None;
             for m in &go {
                 match clean_up(
-                    &children,
-                    &rule,
-                    &parent_kind,
+                    children,
+                    rule,
+                    parent_kind,
                     m,
                     namespace.as_deref(),
                     &inventory.fence,
@@ -376,7 +410,7 @@ pub async fn retire(
                 match policy {
                     Retire::After(wait) if !recorded_too => {
                         tracing::info!(kinds = ?kinds, wait_s = wait.as_secs(), "kinds an earlier version recorded are retired once this version has been the newest for the whole wait (it may be an old version that never ran)");
-                        tokio::time::sleep(wait).await;
+                        tokio::time::sleep(*wait).await;
                         recorded_too = true;
                     }
                     _ => {

@@ -195,6 +195,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         events: args.events,
         resync: Duration::from_secs(args.resync_seconds),
     });
+    let served = webhook::review::Served::new();
     let _webhook = match args.webhook_addr {
         Some(addr) => {
             let (ns, name) = args
@@ -209,7 +210,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
                 namespace: args.lease_namespace.clone(),
                 selector: args.rule_selector.clone(),
             };
-            Tasks(webhook::start(cfg, process.client.clone(), fence.clone()).await?)
+            Tasks(webhook::start(cfg, process.client.clone(), fence.clone(), served.clone()).await?)
         }
         None => Tasks(Vec::new()),
     };
@@ -262,6 +263,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         &health,
     );
     let mut sup = Supervisor::new(opts, metrics.clone(), health.clone());
+    sup.served = served;
     sup.set_desired(initial);
 
     let mut election = election;

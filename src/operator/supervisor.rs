@@ -20,6 +20,8 @@ pub struct Supervisor {
     /// The fingerprints loaded for each rule, in order (whether this replica saw its
     /// version follow another: see [`super::versions`]).
     loaded: BTreeMap<String, Vec<String>>,
+    /// The kinds served, for the webhook (it refuses a Rule on a kind another rule serves).
+    pub served: Arc<super::webhook::review::Served>,
 }
 
 impl Supervisor {
@@ -31,6 +33,7 @@ impl Supervisor {
             running: BTreeMap::new(),
             desired: Vec::new(),
             loaded: BTreeMap::new(),
+            served: super::webhook::review::Served::new(),
         }
     }
 
@@ -41,6 +44,7 @@ impl Supervisor {
                 seen.push(r.fingerprint.clone());
             }
         }
+        self.served.set(&rules);
         self.desired = rules;
     }
 

@@ -153,6 +153,9 @@ pub struct Kinds {
     pub listed: Listed,
     /// When objects the render no longer makes may be deleted.
     pub prune: PruneFrom,
+    /// True while kinds no revision in force makes are being retired (their objects
+    /// deleted or let go): no orphans' finalizer is released meanwhile.
+    pub retiring: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// When a rule may take away the objects its render no longer makes: only once its version
@@ -214,6 +217,9 @@ pub struct Router {
     /// Other revisions kept loaded (a rollout's previous one, pinned ones), by number.
     pub others: std::collections::BTreeMap<i64, Arc<Ctx>>,
     pub choose: Option<Arc<dyn Choose>>,
+    /// A revision that must not be replaced by the newest when it is not loaded (a
+    /// rollout's previous one): its resources wait.
+    pub held: Option<i64>,
 }
 
 impl Router {
@@ -223,18 +229,21 @@ impl Router {
             newest: ctx,
             others: Default::default(),
             choose: None,
+            held: None,
         }
     }
 
-    /// The context that reconciles `cr`.
-    pub fn pick(&self, cr: &kube::api::DynamicObject) -> Arc<Ctx> {
+    /// The context that reconciles `cr`; None when its revision is held (not loaded, and
+    /// not to be replaced by the newest).
+    pub fn pick(&self, cr: &kube::api::DynamicObject) -> Option<Arc<Ctx>> {
         let chosen = self.choose.as_ref().and_then(|c| c.revision(cr));
         match chosen {
             Some(r) if Some(r) != self.newest.revision => match self.others.get(&r) {
-                Some(ctx) => ctx.clone(),
-                None => self.newest.clone(),
+                Some(ctx) => Some(ctx.clone()),
+                None if Some(r) == self.held => None,
+                None => Some(self.newest.clone()),
             },
-            _ => self.newest.clone(),
+            _ => Some(self.newest.clone()),
         }
     }
 }

@@ -58,10 +58,16 @@ fn wanted(ctx: &Ctx, cr: &DynamicObject) -> Vec<&'static str> {
         out.push(FINALIZER);
     }
     let held = cr.finalizers().iter().any(|f| f == ORPHAN_FINALIZER);
-    if orphans_children(ctx) || (held && any_orphan_left(ctx, cr)) {
+    if orphans_children(ctx) || (held && (retiring(ctx) || any_orphan_left(ctx, cr))) {
         out.push(ORPHAN_FINALIZER);
     }
     out
+}
+
+/// Whether kinds no revision in force makes are still being retired: an object of such a
+/// kind may ask to be orphaned, and no watch of this rule sees it.
+fn retiring(ctx: &Ctx) -> bool {
+    ctx.kinds.retiring.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// Whether an object of the resource still asks to be orphaned.
@@ -172,6 +178,11 @@ pub async fn step(ctx: &Ctx, r: &ResourceId, cr: &DynamicObject) -> Result<Actio
         .collect();
     // `kubectl delete --cascade=orphan` asks for the children to stay.
     let orphan = cr.finalizers().iter().any(|f| f == "orphan");
+    if retiring(ctx) && cr.finalizers().iter().any(|f| f == ORPHAN_FINALIZER) {
+        // An object of a kind being retired may ask to be orphaned: it is let go first.
+        tracing::debug!(rule = %ctx.rule.name, object = %cr.name_any(), "deletion waits for the kinds the rule no longer makes to be retired (their objects that ask to be orphaned are let go first)");
+        return Ok(Action::requeue(RECHECK));
+    }
     let ordered = ctx.rule.deletion == DeletionPolicy::Ordered
         && cr.finalizers().iter().any(|f| f == FINALIZER);
     if objects.is_empty() || orphan || !ordered {

@@ -7,7 +7,8 @@
 //! rule's and each resource's), one record per resource ([`record`]), the children's round
 //! ([`children`], [`prune`]), the existing objects looked up ([`lookups`]), the status
 //! write ([`status_write`]), ordered deletion ([`deletion`]), what it reports
-//! ([`report`]) and when it comes back ([`backoff`]).
+//! ([`report`]), a resource that cannot be decoded ([`undecodable`]) and when it comes
+//! back ([`backoff`]).
 //!
 //! Uses: the pipeline below it (`rules`, `render`, `apply`, `status`), `cache`, `events`,
 //! `client` and `metrics`. Used by: `operator`, which runs one controller per rule.
@@ -22,6 +23,7 @@ pub mod prune;
 pub mod record;
 pub mod report;
 pub mod status_write;
+pub mod undecodable;
 
 pub use ctx::{Choose, Ctx, KindTable, Kinds, Listed, Process, PruneFrom, Router};
 pub use outcome::ReconcileError;
@@ -68,7 +70,13 @@ pub fn error_policy(cr: Arc<Cached>, err: &ReconcileError, router: Arc<Router>) 
 /// error of this resource alone, retried with backoff.
 pub async fn reconcile(cached: Arc<Cached>, router: Arc<Router>) -> Result<Action, ReconcileError> {
     let cr = Arc::new(cached.object().map_err(ReconcileError::Decode)?);
-    let ctx = router.pick(&cr);
+    if let Some(why) = crate::cache::tolerant::undecodable(&cr) {
+        return Ok(undecodable::report(&router.newest, &cr, why).await);
+    }
+    let Some(ctx) = router.pick(&cr) else {
+        // Its revision is held: it waits (the rollout says why).
+        return Ok(Action::await_change());
+    };
     AssertUnwindSafe(reconcile_object(cr, ctx))
         .catch_unwind()
         .await

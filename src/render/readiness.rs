@@ -95,7 +95,8 @@ pub fn builtin(kind: &str, live: &Value) -> Result<(), String> {
     }
 }
 
-/// Whether `child` is ready, given its live object; Err says why not.
+/// Whether `child` is ready, given its live object: its kind's built-in check and then its
+/// `readyWhen` (which adds a condition; it never waives the built-in one); Err says why not.
 pub fn child_ready(
     rule: &CompiledRule,
     child: &CompiledChild,
@@ -103,8 +104,9 @@ pub fn child_ready(
     live: &Value,
     item: Option<&Item>,
 ) -> Result<(), String> {
+    builtin(&child.kind, live)?;
     let Some(e) = &child.ready_when else {
-        return builtin(&child.kind, live);
+        return Ok(());
     };
     let mut vars: std::collections::BTreeMap<String, minijinja::Value> = scope.vars();
     if let (Some(each), Some(item)) = (&child.each, item) {

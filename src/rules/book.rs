@@ -173,11 +173,33 @@ impl RuleBook {
         &self.problems
     }
 
-    /// The rules in force: one per name (the first file in path order wins), and none for
-    /// a resource that two rules watch: both are refused, on every replica alike, whatever
-    /// ran before (a choice between them would depend on what each replica loaded first,
-    /// and a failover would change which rule writes). A refused rule keeps its last
-    /// version in force if that one watched something else.
+    /// Which of the rules that watch one kind serves it: the first by this key. A file's
+    /// rule before a Rule object's; then the one in force here (it goes on serving); then
+    /// the Rule created first (every replica reads the same Rules, so every replica makes
+    /// the same choice), then by name.
+    fn precedence(&self, r: &CompiledRule) -> (bool, bool, String, String) {
+        let in_force = self.in_force.get(&r.name).is_some_and(|p| {
+            p.at.file == r.at.file
+                && p.watch.group == r.watch.group
+                && p.watch.resource == r.watch.resource
+        });
+        let created = match &r.object {
+            Some(_) => self
+                .objects
+                .get(&r.name)
+                .map(|e| e.load.created.clone())
+                .unwrap_or_default(),
+            None => String::new(),
+        };
+        (r.object.is_some(), !in_force, created, r.name.clone())
+    }
+
+    /// The rules in force: one per name (the first file in path order wins), and one per
+    /// watched resource. When a Rule object watches what another rule serves (a file's, or
+    /// an older Rule's), only the newcomer is refused: the serving one goes on (see
+    /// [`RuleBook::precedence`]). Two files' rules on one resource are both refused, on
+    /// every replica alike (which one a replica loaded first is no ground for a choice). A
+    /// refused rule keeps its last version in force if that one watched something else.
     pub fn rules(&mut self) -> Vec<Arc<CompiledRule>> {
         // Files first: a Rule object named as a file's rule is the one refused.
         let all: Vec<Arc<CompiledRule>> = self
@@ -197,20 +219,26 @@ impl RuleBook {
         }
         let mut kept = Vec::new();
         let mut problems: Vec<LoadError> = dups;
-        for (_, rules) in by_watch {
+        for (_, mut rules) in by_watch {
             if let [only] = rules.as_slice() {
                 kept.push(only.clone());
                 continue;
             }
+            rules.sort_by_key(|r| self.precedence(r));
+            let both_files = rules[1].object.is_none();
+            if !both_files {
+                // One serves (a file's, the one in force, the oldest Rule): the others are
+                // refused, and it goes on.
+                let serving = rules[0].clone();
+                for r in &rules[1..] {
+                    problems.push(same_watch(r, &serving, true));
+                }
+                kept.push(serving);
+                continue;
+            }
             for (i, r) in rules.iter().enumerate() {
                 let other = &rules[if i == 0 { 1 } else { 0 }];
-                problems.push(LoadError::SameWatch(Box::new(super::error::SameWatch {
-                    rule: r.name.clone(),
-                    other: other.name.clone(),
-                    watch: format!("{}/{} {}", r.watch.group, r.watch.version, r.watch.resource),
-                    first: other.at.clone(),
-                    second: r.at.clone(),
-                })));
+                problems.push(same_watch(r, other, false));
             }
         }
         for d in problems {
@@ -241,6 +269,21 @@ impl RuleBook {
         self.in_force = kept.iter().map(|r| (r.name.clone(), r.clone())).collect();
         kept
     }
+}
+
+/// The problem of `rule`, which watches what `other` watches (and serves, if `serving`).
+fn same_watch(rule: &CompiledRule, other: &CompiledRule, serving: bool) -> LoadError {
+    LoadError::SameWatch(Box::new(super::error::SameWatch {
+        serving,
+        rule: rule.name.clone(),
+        other: other.name.clone(),
+        watch: format!(
+            "{}/{} {}",
+            rule.watch.group, rule.watch.version, rule.watch.resource
+        ),
+        first: other.at.clone(),
+        second: rule.at.clone(),
+    }))
 }
 
 /// Rules with distinct names (the first of a name, in path order, wins), and an error for
@@ -460,6 +503,62 @@ mod tests {
         assert!(!v.accepted);
         assert!(
             v.problems.iter().any(|p| p.contains("already defined")),
+            "{v:?}"
+        );
+    }
+
+    fn created(mut rule: serde_json::Value, at: &str) -> serde_json::Value {
+        rule["metadata"]["creationTimestamp"] = serde_json::json!(at);
+        rule
+    }
+
+    #[test]
+    fn a_second_rule_object_on_a_served_kind_is_refused_and_the_serving_one_goes_on() {
+        let first = created(
+            rule_object("first", 1, "sites", "{{ name }}"),
+            "2026-01-01T00:00:00Z",
+        );
+        // Created later, named to sort first.
+        let second = created(
+            rule_object("a-second", 1, "sites", "{{ name }}-b"),
+            "2026-02-01T00:00:00Z",
+        );
+        let mut running = RuleBook::new(Vec::new());
+        running.set_objects(std::slice::from_ref(&first));
+        assert_eq!(running.rules().len(), 1);
+        running.set_objects(&[first.clone(), second.clone()]);
+        // A replica that starts now, with both stored, makes the same choice.
+        let mut fresh = RuleBook::new(Vec::new());
+        fresh.set_objects(&[second, first]);
+        for book in [&mut running, &mut fresh] {
+            let names: Vec<String> = book.rules().iter().map(|r| r.name.clone()).collect();
+            assert_eq!(names, ["first"], "the serving Rule goes on");
+            let v = book.object_verdict("first").unwrap();
+            assert!(v.accepted, "{v:?}");
+            let v = book.object_verdict("a-second").unwrap();
+            assert!(!v.accepted && v.in_force.is_none(), "{v:?}");
+            assert!(
+                v.problems.iter().any(|p| p.contains("which rule `first` at Rule/first:1 serves; this rule is refused and `first` goes on serving")),
+                "{v:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rule_object_on_a_kind_a_file_serves_is_refused_and_the_file_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("web.yaml"), GOOD).unwrap();
+        let mut book = RuleBook::new(vec![dir.path().to_path_buf()]);
+        book.reload();
+        book.set_objects(&[rule_object("site", 1, "webs", "{{ name }}")]);
+        let names: Vec<String> = book.rules().iter().map(|r| r.name.clone()).collect();
+        assert_eq!(names, ["web"]);
+        let v = book.object_verdict("site").unwrap();
+        assert!(!v.accepted, "{v:?}");
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p.contains("`web`") && p.contains("goes on serving")),
             "{v:?}"
         );
     }

@@ -74,9 +74,13 @@ pub enum LoadError {
 /// A second rule on an already watched resource.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{second}: rule `{rule}` watches {watch}, which rule `{other}` at {first} already watches; each would overwrite the other's status and children forever\n  fix: one rule per watched resource: merge the two rules, or watch another resource"
+    "{second}: rule `{rule}` watches {watch}, which rule `{other}` at {first} {}; {}\n  fix: one rule per watched resource: merge the two rules, or watch another resource",
+    if *.serving { "serves" } else { "already watches" },
+    if *.serving { format!("this rule is refused and `{other}` goes on serving") } else { "each would overwrite the other's status and children forever".to_string() }
 )]
 pub struct SameWatch {
+    /// `other` serves the kind and goes on; only `rule` is refused.
+    pub serving: bool,
     pub rule: String,
     pub other: String,
     pub watch: String,

@@ -269,6 +269,7 @@ pub fn dedupe(rules: Vec<Arc<CompiledRule>>) -> (Vec<Arc<CompiledRule>>, Vec<Loa
             });
         } else if let Some((other, first)) = watches.get(&watch) {
             errors.push(LoadError::SameWatch(Box::new(super::error::SameWatch {
+                serving: false,
                 rule: r.name.clone(),
                 other: other.clone(),
                 watch: format!("{}/{} {}", r.watch.group, r.watch.version, r.watch.resource),

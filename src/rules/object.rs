@@ -44,6 +44,8 @@ pub struct ObjectLoad {
     pub generation: i64,
     /// The revision its status says was in force (`status.revision`).
     pub revision: Option<i64>,
+    /// When it was created (RFC 3339, as the API server writes it: ordered as text).
+    pub created: String,
     /// The compiled rule, when the Rule has no problem.
     pub rule: Option<Arc<CompiledRule>>,
     pub problems: Vec<ObjectProblem>,
@@ -67,6 +69,10 @@ pub fn load_object(obj: &Value) -> ObjectLoad {
             .to_string(),
         generation: obj["metadata"]["generation"].as_i64().unwrap_or_default(),
         revision: obj["status"]["revision"].as_i64(),
+        created: obj["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
         name: name.clone(),
         rule: None,
         problems: Vec::new(),

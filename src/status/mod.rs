@@ -31,8 +31,10 @@ use std::collections::HashMap;
 pub struct Report {
     /// The exported fields, in rule order.
     pub fields: Map<String, Value>,
-    /// The readiness expression's verdict.
+    /// Every child ready, and the rule's `ready` expression (if any) true.
     pub ready: bool,
+    /// What Ready means for this rule, for the Ready condition's message.
+    pub checked: String,
     /// Why the resource is not ready, or what came back empty (shown in the Ready condition).
     pub notes: Vec<String>,
     /// Fields that could not be computed (type mismatches, several matches, errors).
@@ -198,31 +200,41 @@ pub fn compute(
     let waiting = plan
         .map(|p| blocking(rule, scope, p, instances))
         .unwrap_or_default();
-    report.ready = match &rule.ready {
-        Some(e) => match rule.program.eval(e, &context(&all)) {
-            Ok(v) => {
-                if !v.is_true() {
-                    report
-                        .notes
-                        .insert(0, format!("ready expression `{}` is false", e.source));
-                    report.notes.extend(waiting);
-                }
-                v.is_true()
-            }
-            Err(x) => {
-                report.problems.push(format!("ready: {}", jinja_reason(&x)));
-                false
-            }
-        },
-        None => {
-            let ready = waiting.is_empty();
-            for (i, w) in waiting.into_iter().enumerate() {
-                report.notes.insert(i, w);
-            }
-            ready
-        }
-    };
+    let vars = context(&all);
+    report.ready = ready(rule, &vars, waiting, &mut report);
     report
+}
+
+/// Ready: every child's own readiness holds (each object the render made exists and is
+/// ready by its `readyWhen` or its kind's built-in check: a Deployment rolled out, a Job
+/// complete) **and** the rule's `ready` expression, if any, is true. The expression adds a
+/// condition; it never waives a child's readiness. What was checked is in `report.checked`.
+fn ready(
+    rule: &CompiledRule,
+    vars: &minijinja::Value,
+    waiting: Vec<String>,
+    report: &mut Report,
+) -> bool {
+    let children_ready = waiting.is_empty();
+    report.notes.splice(0..0, waiting);
+    let Some(e) = &rule.ready else {
+        report.checked = "all children are ready".into();
+        return children_ready;
+    };
+    report.checked = format!("all children are ready and `{}` holds", e.source);
+    match rule.program.eval(e, vars) {
+        Ok(v) if v.is_true() => children_ready,
+        Ok(_) => {
+            report
+                .notes
+                .insert(0, format!("ready expression `{}` is false", e.source));
+            false
+        }
+        Err(x) => {
+            report.problems.push(format!("ready: {}", jinja_reason(&x)));
+            false
+        }
+    }
 }
 
 /// Every object the render made that is missing or not ready, and every child that

@@ -9,6 +9,12 @@ fn cr(service_type: &str) -> Value {
     json!({"metadata": {"name": "my-blog", "namespace": "web"}, "spec": {"image": "nginx", "replicas": 3, "serviceType": service_type}})
 }
 
+/// A Deployment of `n` replicas, rolled out: every replica updated and ready, no old pod.
+fn rolled_out(n: i64) -> Value {
+    json!({"metadata": {"generation": 1}, "spec": {"replicas": n},
+        "status": {"observedGeneration": 1, "replicas": n, "updatedReplicas": n, "readyReplicas": n, "availableReplicas": n}})
+}
+
 fn compute_for(cr: &Value, observed: &[(&str, Value)]) -> Report {
     compute_with(&website(), cr, observed)
 }
@@ -31,7 +37,7 @@ fn ready_replicas_and_the_cluster_url_come_from_the_children() {
     let rep = compute_for(
         &cr,
         &[
-            ("deployment", json!({"status": {"readyReplicas": 3}})),
+            ("deployment", rolled_out(3)),
             ("service", json!({"spec": {}})),
         ],
     );
@@ -141,12 +147,12 @@ status:
   fields:
     - {name: replicas, value: "children.d.spec.replicas", type: integer}
     - {name: owner, value: "self.metadata.name ~ '/' ~ status.replicas", type: string}
-  ready: "children.s is none and status.replicas == 4"
+  ready: "children.s is not none and status.replicas == 4"
 "#,
     );
     assert!(r.status_reads.contains("children") && r.status_reads.contains("self"));
     let cr = json!({"metadata": {"name": "a", "namespace": "n"}});
-    let rep = compute_with(&r, &cr, &[("d", json!({"spec": {"replicas": 4}}))]);
+    let rep = compute_with(&r, &cr, &[("d", rolled_out(4)), ("s", json!({"spec": {}}))]);
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
     assert_eq!(rep.fields["replicas"], json!(4));
     assert_eq!(rep.fields["owner"], json!("a/4"));
@@ -198,5 +204,57 @@ fn ready_names_the_child_that_blocks_and_why() {
     let done = json!({"metadata": {"name": "a-migrate"}, "status": {"succeeded": 1}});
     let up = json!({"metadata": {"name": "a"}, "status": {"phase": "Ready"}});
     let rep = compute_with(&r, &cr, &[("job", done), ("db", up)]);
+    assert!(rep.ready, "{rep:?}");
+}
+
+#[test]
+fn the_ready_expression_adds_to_the_childrens_readiness_and_never_waives_it() {
+    // Revision 2's pods cannot be scheduled: the old pod still serves, so readyReplicas
+    // holds and the rule's `ready` is true, but the Deployment has not rolled out.
+    let rolling = json!({"metadata": {"generation": 2}, "spec": {"replicas": 3},
+        "status": {"observedGeneration": 2, "replicas": 4, "updatedReplicas": 1, "readyReplicas": 3}});
+    let rep = compute_for(
+        &cr("ClusterIP"),
+        &[("deployment", rolling), ("service", json!({"spec": {}}))],
+    );
+    assert_eq!(rep.fields["readyReplicas"], json!(3));
+    assert!(!rep.ready, "{rep:?}");
+    assert_eq!(
+        rep.notes[0],
+        "child `deployment` (Deployment ?): 1/3 replicas updated"
+    );
+    // Rolled out, the expression decides too, and the message says what was checked.
+    let rep = compute_for(
+        &cr("ClusterIP"),
+        &[
+            ("deployment", rolled_out(3)),
+            ("service", json!({"spec": {}})),
+        ],
+    );
+    assert!(rep.ready, "{rep:?}");
+    assert_eq!(
+        rep.checked,
+        "all children are ready and `status.readyReplicas >= spec.replicas` holds"
+    );
+    let [ready, _] = verdict::conditions(Some(&rep), None);
+    assert_eq!(ready.message, rep.checked);
+}
+
+#[test]
+fn a_ready_when_adds_to_the_kinds_own_check() {
+    let r = rule(
+        "name: c\nwatch: {group: x.io, version: v1, resource: cs}\nchildren:\n  - id: d\n    readyWhen: \"true\"\n    template: {apiVersion: apps/v1, kind: Deployment, metadata: {name: \"{{ name }}\"}}\n",
+    );
+    let cr = json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {}});
+    let stuck = json!({"metadata": {"name": "a", "generation": 1}, "spec": {"replicas": 1},
+        "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 1, "readyReplicas": 1}});
+    let rep = compute_with(&r, &cr, &[("d", stuck)]);
+    assert!(!rep.ready, "{rep:?}");
+    assert!(
+        rep.notes[0].contains("old replica(s) pending termination"),
+        "{:?}",
+        rep.notes
+    );
+    let rep = compute_with(&r, &cr, &[("d", rolled_out(1))]);
     assert!(rep.ready, "{rep:?}");
 }

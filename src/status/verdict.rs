@@ -67,9 +67,7 @@ pub fn conditions(report: Option<&Report>, problem: Option<SyncProblem<'_>>) -> 
     let (ready, ready_reason, ready_message) = match (problem, report) {
         (Some(p), _) if p.reason == "Waiting" => (false, "Waiting", p.message.to_string()),
         (Some(p), _) => (false, "SyncFailed", p.message.to_string()),
-        (None, Some(r)) if r.ready && r.problems.is_empty() => {
-            (true, "Ready", "all children are ready".to_string())
-        }
+        (None, Some(r)) if r.ready && r.problems.is_empty() => (true, "Ready", r.checked.clone()),
         (None, Some(r)) => {
             let mut parts = r
                 .problems

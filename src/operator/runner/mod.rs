@@ -138,13 +138,16 @@ async fn recorded(
     rule: &CompiledRule,
     stop: &watch::Receiver<bool>,
 ) -> Option<super::revisions::History> {
-    // A rollout's previous revision is kept whatever the history limit.
+    // A rollout's revisions are kept whatever the history limit: its previous one, and its
+    // new one (the previous one of the rollout this edit starts).
     let keep: Vec<i64> = rule
         .object
         .as_ref()
         .and_then(|o| o.rollout.as_ref())
-        .and_then(|r| r["from"].as_i64())
+        .map(|r| [r["from"].as_i64(), r["revision"].as_i64()])
         .into_iter()
+        .flatten()
+        .flatten()
         .collect();
     loop {
         match super::revisions::ensure(client, &opts.state_namespace, rule, &keep).await {
@@ -320,6 +323,9 @@ async fn run(
         info.set_rollout(None);
     }
     let loaded = loaded::revisions(&rule, history.as_ref(), progress.as_ref());
+    // A rollout whose previous revision no longer loads pauses: the resources not reached
+    // wait (they never take the newest in its place).
+    let (progress, held) = rollout::hold_missing_from(progress, &loaded, now());
     // The distinct child kinds and existing kinds of them all, each resolved by discovery.
     let (wanted_children, wanted_existing) = wanted(&loaded);
     let wanted = wanted_children
@@ -345,22 +351,25 @@ async fn run(
     if !identity::preflight(&revisions, &client, &opts, kinds_used, &info, &stop).await {
         return;
     }
-    // Kinds the rule no longer makes are cleaned up beside the controller, until done.
+    // Kinds no revision in force makes are cleaned up beside the controller, until done.
+    let retiring = Arc::new(AtomicBool::new(true));
     let _cleanup = AbortOnDrop(tokio::spawn(
-        inventory::retire(
-            inventory(),
-            client.clone(),
-            rule.clone(),
-            parent.resource.kind.clone(),
-            opts.scope.namespace.clone(),
-            if allowed.prune == super::versions::Retire::Never {
+        inventory::retire(inventory::Retirement {
+            inventory: inventory(),
+            children: client.clone(),
+            rule: rule.clone(),
+            parent_kind: parent.resource.kind.clone(),
+            namespace: opts.scope.namespace.clone(),
+            also: if allowed.prune == super::versions::Retire::Never {
                 Vec::new()
             } else {
                 retired
             },
-            allowed.retire,
-            opts.process.metrics.clone(),
-        )
+            policy: allowed.retire,
+            in_force: inventory::kinds_in_force(revisions.iter().copied()),
+            pending: retiring.clone(),
+            metrics: opts.process.metrics.clone(),
+        })
         .in_current_span(),
     ));
 
@@ -478,6 +487,7 @@ async fn run(
                 existing,
                 listed: Listed::new(sync.clone(), kinds.len()),
                 prune: prune_from,
+                retiring: retiring.clone(),
             },
             records: records.clone(),
             events: events.clone(),
@@ -518,6 +528,7 @@ async fn run(
         _ => None,
     };
     let router = Router {
+        held,
         newest,
         others: contexts
             .into_iter()

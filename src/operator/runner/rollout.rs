@@ -53,6 +53,39 @@ impl Choose for RolloutChoose {
     }
 }
 
+/// The rollout, paused when its previous revision (`from`) is not among the `loaded` ones
+/// (it no longer compiles: a kind's schema changed), and that revision: the resources that
+/// would take it wait rather than take the newest in its place.
+pub(super) fn hold_missing_from(
+    progress: Option<Progress>,
+    loaded: &[super::loaded::Loaded],
+    now: Timestamp,
+) -> (Option<Progress>, Option<i64>) {
+    let Some(mut p) = progress else {
+        return (None, None);
+    };
+    let missing = p.phase != Phase::Complete
+        && p.from != p.revision
+        && !loaded.iter().any(|l| l.number == Some(p.from));
+    if !missing {
+        return (Some(p), None);
+    }
+    if p.phase == Phase::Progressing {
+        p.phase = Phase::Paused;
+        p.step_started = now.to_string();
+    }
+    p.message = format!(
+        "paused: revision {} (which the resources not reached keep) no longer loads (see ruleop's log); those resources are not reconciled until it loads again: apply a spec that loads, or pin them to a kept revision",
+        p.from
+    );
+    tracing::warn!(
+        revision = p.from,
+        "a rollout's previous revision no longer loads: the rollout is paused, and the resources on it wait"
+    );
+    let from = p.from;
+    (Some(p), Some(from))
+}
+
 /// What the rollout loop works with.
 pub(super) struct Driver {
     pub choose: Arc<RolloutChoose>,

@@ -129,6 +129,7 @@ pub async fn start(
     cfg: Config,
     client: kube::Client,
     fence: Arc<Fence>,
+    served: Arc<review::Served>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, WebhookError> {
     cfg.match_labels()?;
     let listener = serve::bind(cfg.addr)
@@ -138,7 +139,7 @@ pub async fn start(
             source,
         })?;
     let current = Arc::new(serve::Current::default());
-    let serving = tokio::spawn(serve::serve(listener, current.clone()));
+    let serving = tokio::spawn(serve::serve(listener, current.clone(), served));
     let keeping = tokio::spawn(keep(cfg, client, fence, current));
     Ok(vec![serving, keeping])
 }

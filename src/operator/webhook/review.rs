@@ -2,14 +2,56 @@
 //! `ruleop run` loads it, and refused with every problem, each at its path in the Rule,
 //! as `ruleop check` says it.
 
+use crate::rules::CompiledRule;
 use crate::rules::object::load_object;
 use serde_json::{Value, json};
+use std::sync::{Arc, RwLock};
 
-/// The AdmissionReview answering `review`.
-pub fn answer(review: &Value) -> Value {
+/// A kind a rule serves on this replica now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Serving {
+    pub group: String,
+    pub resource: String,
+    pub rule: String,
+    /// Where the rule comes from: its file, or `Rule/<name>`.
+    pub source: String,
+}
+
+/// The kinds served now, kept up to date by the operator each time it puts rules in force.
+#[derive(Debug, Default)]
+pub struct Served(RwLock<Vec<Serving>>);
+
+impl Served {
+    pub fn new() -> Arc<Served> {
+        Arc::new(Served::default())
+    }
+
+    /// The rules in force from now on.
+    pub fn set(&self, rules: &[Arc<CompiledRule>]) {
+        let now = rules
+            .iter()
+            .map(|r| Serving {
+                group: r.watch.group.clone(),
+                resource: r.watch.resource.clone(),
+                rule: r.name.clone(),
+                source: r.at.file.display().to_string(),
+            })
+            .collect();
+        if let Ok(mut s) = self.0.write() {
+            *s = now;
+        }
+    }
+
+    fn snapshot(&self) -> Vec<Serving> {
+        self.0.read().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+/// The AdmissionReview answering `review`, given the kinds served now.
+pub fn answer(review: &Value, served: &Served) -> Value {
     let request = &review["request"];
     let uid = request["uid"].clone();
-    let (allowed, message) = verdict(&request["object"]);
+    let (allowed, message) = verdict(&request["object"], &served.snapshot());
     let mut response = json!({"uid": uid, "allowed": allowed});
     if let Some(m) = message {
         response["status"] = json!({"code": 422, "reason": "Invalid", "message": m});
@@ -17,17 +59,28 @@ pub fn answer(review: &Value) -> Value {
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
 }
 
-/// Whether the Rule may be stored, and why not.
-fn verdict(rule: &Value) -> (bool, Option<String>) {
+/// Whether the Rule may be stored, and why not: it compiles, and it watches no kind
+/// another rule serves.
+fn verdict(rule: &Value, served: &[Serving]) -> (bool, Option<String>) {
     // A delete has no object: nothing to check.
     if !rule.is_object() {
         return (true, None);
     }
     let load = load_object(rule);
-    if load.problems.is_empty() {
+    let mut problems: Vec<String> = load.problems.iter().map(ToString::to_string).collect();
+    if let Some(r) = &load.rule
+        && let Some(other) = served.iter().find(|s| {
+            s.rule != r.name && s.group == r.watch.group && s.resource == r.watch.resource
+        })
+    {
+        problems.push(format!(
+            "spec.watch: {}/{} {} is served by rule `{}` ({}); a second rule on it would be refused and `{}` would go on serving\n  fix: one rule per watched resource: edit `{}` instead, or watch another resource",
+            r.watch.group, r.watch.version, r.watch.resource, other.rule, other.source, other.rule, other.rule
+        ));
+    }
+    if problems.is_empty() {
         return (true, None);
     }
-    let problems: Vec<String> = load.problems.iter().map(ToString::to_string).collect();
     let message = format!(
         "Rule {:?} is refused by ruleop ({} problem(s)):\n{}",
         load.name,
@@ -61,15 +114,39 @@ mod tests {
 
     #[test]
     fn a_valid_rule_is_allowed_and_an_invalid_one_refused_naming_each_path() {
-        let ok = answer(&review(rule(json!(2))));
+        let served = Served::default();
+        let ok = answer(&review(rule(json!(2))), &served);
         assert_eq!(ok["response"], json!({"uid": "u-1", "allowed": true}));
-        let bad = answer(&review(rule(json!("three"))));
+        let bad = answer(&review(rule(json!("three"))), &served);
         assert_eq!(bad["response"]["allowed"], false);
         assert_eq!(bad["response"]["uid"], "u-1");
         let m = bad["response"]["status"]["message"].as_str().unwrap();
         assert!(m.contains("spec.children[0].template.spec.replicas"), "{m}");
         assert!(m.contains("fix:"), "{m}");
         let delete = json!({"request": {"uid": "u-2", "operation": "DELETE", "object": null}});
-        assert_eq!(answer(&delete)["response"]["allowed"], true);
+        assert_eq!(answer(&delete, &served)["response"]["allowed"], true);
+    }
+
+    #[test]
+    fn a_rule_on_a_kind_another_rule_serves_is_refused_naming_it() {
+        let served = Served::default();
+        let serving = |rule: &str| Serving {
+            group: "x.io".into(),
+            resource: "webs".into(),
+            rule: rule.into(),
+            source: format!("Rule/{rule}"),
+        };
+        *served.0.write().unwrap() = vec![serving("site")];
+        let bad = answer(&review(rule(json!(2))), &served);
+        assert_eq!(bad["response"]["allowed"], false, "{bad}");
+        let m = bad["response"]["status"]["message"].as_str().unwrap();
+        assert!(
+            m.contains("spec.watch: x.io/v1 webs is served by rule `site` (Rule/site)"),
+            "{m}"
+        );
+        // The serving rule's own edit is allowed.
+        *served.0.write().unwrap() = vec![serving("web")];
+        let ok = answer(&review(rule(json!(2))), &served);
+        assert_eq!(ok["response"]["allowed"], true, "{ok}");
     }
 }

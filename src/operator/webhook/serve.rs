@@ -56,7 +56,11 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
 }
 
 /// Serves until the task is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, current: Arc<Current>) {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    current: Arc<Current>,
+    served: Arc<super::review::Served>,
+) {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = match rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -73,11 +77,12 @@ pub async fn serve(listener: tokio::net::TcpListener, current: Arc<Current>) {
             continue;
         };
         let acceptor = acceptor.clone();
+        let served = served.clone();
         tokio::spawn(async move {
             let Ok(tls) = acceptor.accept(tcp).await else {
                 return;
             };
-            let service = hyper::service::service_fn(handle);
+            let service = hyper::service::service_fn(move |req| handle(req, served.clone()));
             if let Err(e) = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(tls), service)
                 .await
@@ -98,7 +103,10 @@ fn reply(code: StatusCode, body: String) -> Response<Full<Bytes>> {
     r
 }
 
-async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+async fn handle(
+    req: Request<Incoming>,
+    served: Arc<super::review::Served>,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     if req.method() != hyper::Method::POST || req.uri().path() != PATH {
         return Ok(reply(StatusCode::NOT_FOUND, "{}".into()));
     }
@@ -109,6 +117,6 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::co
     let Ok(review) = serde_json::from_slice::<serde_json::Value>(&body) else {
         return Ok(reply(StatusCode::BAD_REQUEST, "{}".into()));
     };
-    let answer = super::review::answer(&review);
+    let answer = super::review::answer(&review, &served);
     Ok(reply(StatusCode::OK, answer.to_string()))
 }

@@ -120,6 +120,17 @@ pub fn compile(
         .rollout
         .as_ref()
         .and_then(|r| rollout::compile_rollout(&mut c, r));
+    if let (Some(_), Some(n)) = (&spec.rollout, spec.revision_history_limit)
+        && n < 2
+    {
+        // The previous revision is what the resources not reached yet keep.
+        c.error(
+            "revisionHistoryLimit",
+            None,
+            format!("`revisionHistoryLimit: {n}` keeps too few revisions for a rollout: the resources a rollout has not reached keep the previous revision, which the limit would delete (and every resource would take each edit at once)"),
+            "keep at least 2 (`revisionHistoryLimit: 2`; the default is 10), or remove `rollout`",
+        );
+    }
     let identity = spec
         .service_account
         .as_ref()

@@ -1,0 +1,314 @@
+//! A rollout keeps its promise on the real control plane: a stalled rollout leaves the
+//! resources it has not reached as they are (the objects of a kind the new revision drops
+//! included); the health gate waits for each child's own readiness (a Deployment whose new
+//! pods cannot be scheduled holds the canary, whatever the rule's `ready` says); and a
+//! second Rule on a served kind is refused while the serving one goes on.
+
+mod common;
+
+use common::{Operator, eventually, get_json, install_crds, kubectl, kubectl_ok};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const RULE_CRD: &str = "deploy/crds/rules.ruleop.dev.yaml";
+const SITES_CRD: &str = "deploy/crds/websites.sre.example.com.yaml";
+const LONG: Duration = Duration::from_secs(240);
+
+/// The shipped WebSite rule as a Rule object named `name`, labelled `label`.
+fn website_rule(name: &str, label: &str) -> Value {
+    let (code, out, err) = common::ruleop_cli(&["rule", "--rules", "rules/website.yaml"], false);
+    assert_eq!(code, 0, "{err}");
+    let doc = out.split("\n---\n").nth(1).expect("one Rule");
+    let mut r: Value = serde_yaml::from_str(doc).unwrap();
+    r["metadata"] = json!({"name": name, "labels": {"ruleop.dev/test": label}});
+    r
+}
+
+fn apply(v: &Value) {
+    kubectl_ok(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        Some(&serde_json::to_string(v).unwrap()),
+    );
+}
+
+fn list(kind: &str, ns: &str) -> Vec<Value> {
+    let out = kubectl_ok(&["get", kind, "-n", ns, "-o", "json"], None);
+    serde_json::from_str::<Value>(&out).unwrap()["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn name_of(o: &Value) -> String {
+    o["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn condition<'a>(o: &'a Value, type_: &str) -> &'a Value {
+    common::condition(o, type_).unwrap_or(&Value::Null)
+}
+
+fn ready(w: &Value) -> bool {
+    condition(w, "Ready")["status"] == "True"
+}
+
+fn rollout_of(name: &str) -> Value {
+    get_json("rule", "", name)
+        .map(|r| r["status"]["rollout"].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// `n` WebSites of one replica each.
+fn websites(ns: &str, n: usize) {
+    let sites: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"apiVersion": "sre.example.com/v1alpha1", "kind": "WebSite",
+            "metadata": {"name": format!("site-{i}"), "namespace": ns},
+            "spec": {"image": "nginx:1.27", "replicas": 1}})
+        })
+        .collect();
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&json!({"apiVersion": "v1", "kind": "List", "items": sites}).to_string()),
+    );
+}
+
+/// A ruleop serving the Rules labelled `ns`, with its state in `ns`.
+fn operator(ns: &str) -> Operator {
+    let selector = format!("ruleop.dev/test={ns}");
+    Operator::start(
+        ns,
+        &[],
+        &[
+            "--rule-objects=true",
+            "--rule-selector",
+            &selector,
+            "--lease-namespace",
+            ns,
+        ],
+    )
+}
+
+async fn all_ready_on(ns: &str, n: usize, revision: i64) {
+    eventually(
+        LONG,
+        &format!("every WebSite Ready on revision {revision}"),
+        || async {
+            let all = list("websites", ns);
+            (all.len() == n
+                && all
+                    .iter()
+                    .all(|w| ready(w) && w["status"]["ruleRevision"] == revision))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+/// The uid of each ConfigMap `<site>-extra`, by site.
+fn extras(ns: &str) -> BTreeMap<String, String> {
+    list("configmaps", ns)
+        .iter()
+        .filter_map(|c| {
+            let site = name_of(c).strip_suffix("-extra")?.to_string();
+            Some((site, c["metadata"]["uid"].as_str()?.to_string()))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_stalled_rollout_keeps_the_objects_of_the_resources_it_has_not_reached() {
+    let n = 4;
+    let client = common::client().await;
+    install_crds(&[RULE_CRD, SITES_CRD]);
+    let ns = common::namespace(&client, "stalled").await;
+    let name = format!("site-{ns}");
+    let _op = operator(&ns);
+    // Revision 1 makes an extra ConfigMap per site.
+    let mut one = website_rule(&name, &ns);
+    one["spec"]["rollout"] = json!({"steps": [{"resources": 1}], "waitReady": "1m"});
+    one["spec"]["children"].as_array_mut().unwrap().push(json!({
+        "id": "extra",
+        "template": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "{{ name }}-extra"}, "data": {"site": "{{ name }}"}}}));
+    apply(&one);
+    websites(&ns, n);
+    all_ready_on(&ns, n, 1).await;
+    let before = eventually(LONG, "every extra ConfigMap", || async {
+        let e = extras(&ns);
+        (e.len() == n).then_some(e)
+    })
+    .await;
+
+    // Revision 2 drops the ConfigMap and its Deployment is refused by the API server (a
+    // Deployment's pods restart Always): the canary's write fails, the rollout pauses.
+    let mut two = website_rule(&name, &ns);
+    two["spec"]["rollout"] = one["spec"]["rollout"].clone();
+    two["spec"]["children"][0]["template"]["spec"]["template"]["spec"]["restartPolicy"] =
+        json!("Never");
+    apply(&two);
+    let paused = eventually(LONG, "the rollout paused at the canary", || async {
+        let ro = rollout_of(&name);
+        (ro["revision"] == 2 && ro["phase"] == "Paused").then_some(ro)
+    })
+    .await;
+    assert_eq!(paused["step"], 0, "{paused}");
+    assert_eq!(paused["reached"], 1, "{paused}");
+    let canary = list("websites", &ns)
+        .iter()
+        .filter(|w| w["status"]["ruleRevision"] == 2)
+        .map(name_of)
+        .collect::<Vec<_>>();
+    assert!(
+        canary.len() <= 1,
+        "only the canary took revision 2: {canary:?}"
+    );
+    // A few seconds more: the kind revision 2 dropped is not retired while revision 1 is
+    // in force for the others; their ConfigMaps are the same objects.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let after = extras(&ns);
+    for (site, uid) in &before {
+        if canary.contains(site) {
+            continue;
+        }
+        assert_eq!(
+            after.get(site),
+            Some(uid),
+            "{site}: its ConfigMap kept (not deleted and made again) while the rollout has not reached it"
+        );
+    }
+    let _ = kubectl(&["delete", "rule", &name], None);
+    common::delete_namespace(&ns);
+}
+
+#[tokio::test]
+async fn the_health_gate_waits_for_the_deployment_to_roll_out_whatever_the_rule_says() {
+    let n = 3;
+    let client = common::client().await;
+    install_crds(&[RULE_CRD, SITES_CRD]);
+    let ns = common::namespace(&client, "gate").await;
+    let name = format!("site-{ns}");
+    let _op = operator(&ns);
+    let rollout = json!({"steps": [{"resources": 1}], "waitReady": "20s"});
+    let mut one = website_rule(&name, &ns);
+    one["spec"]["rollout"] = rollout.clone();
+    apply(&one);
+    websites(&ns, n);
+    all_ready_on(&ns, n, 1).await;
+
+    // Revision 2's pods ask for a node no node is: they stay Pending while the old pod
+    // serves, so the rule's `ready` (readyReplicas >= replicas) still holds.
+    let mut two = website_rule(&name, &ns);
+    two["spec"]["rollout"] = rollout;
+    two["spec"]["children"][0]["template"]["spec"]["template"]["spec"]["nodeSelector"] =
+        json!({"ruleop.dev/no-such-node": "true"});
+    apply(&two);
+    let paused = eventually(LONG, "the rollout paused at the canary", || async {
+        let ro = rollout_of(&name);
+        assert_ne!(
+            ro["phase"], "Complete",
+            "the gate let a Deployment still rolling pass: {ro}"
+        );
+        (ro["revision"] == 2 && ro["phase"] == "Paused").then_some(ro)
+    })
+    .await;
+    assert_eq!(paused["step"], 0, "{paused}");
+    assert_eq!(
+        paused["failed"].as_array().map(Vec::len),
+        Some(1),
+        "{paused}"
+    );
+    let sites = list("websites", &ns);
+    let canary: Vec<&Value> = sites
+        .iter()
+        .filter(|w| w["status"]["ruleRevision"] == 2)
+        .collect();
+    assert_eq!(canary.len(), 1, "only the canary took revision 2");
+    let message = condition(canary[0], "Ready")["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        condition(canary[0], "Ready")["status"] == "False"
+            && message.contains("child `deployment`"),
+        "the canary's Ready says its Deployment has not rolled out: {message}"
+    );
+    for w in &sites {
+        if w["status"]["ruleRevision"] == 2 {
+            continue;
+        }
+        let d = get_json("deployment", &ns, &format!("{}-web", name_of(w))).unwrap();
+        assert!(
+            d["spec"]["template"]["spec"]["nodeSelector"].is_null(),
+            "{}: not reached, its pods as they were",
+            name_of(w)
+        );
+    }
+    let _ = kubectl(&["delete", "rule", &name], None);
+    common::delete_namespace(&ns);
+}
+
+#[tokio::test]
+async fn a_second_rule_on_a_served_kind_is_refused_and_the_serving_one_goes_on() {
+    let client = common::client().await;
+    install_crds(&[RULE_CRD, SITES_CRD]);
+    let ns = common::namespace(&client, "second-rule").await;
+    let (first, second) = (format!("a-{ns}"), format!("b-{ns}"));
+    let _op = operator(&ns);
+    apply(&website_rule(&first, &ns));
+    websites(&ns, 1);
+    all_ready_on(&ns, 1, 1).await;
+    // Stored (no webhook here): only the newcomer is refused.
+    let mut other = website_rule(&second, &ns);
+    other["spec"]["children"][0]["template"]["metadata"]["annotations"] = json!({"second": "yes"});
+    apply(&other);
+    let refused = eventually(LONG, "the newcomer refused", || async {
+        let r = get_json("rule", "", &second)?;
+        let accepted = condition(&r, "Accepted").clone();
+        (accepted["status"] == "False").then_some(accepted)
+    })
+    .await;
+    let message = refused["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("`{first}` goes on serving")),
+        "{message}"
+    );
+    let serving = get_json("rule", "", &first).unwrap();
+    assert_eq!(
+        condition(&serving, "Accepted")["status"],
+        "True",
+        "{serving}"
+    );
+    // The serving rule still reconciles: a scale reaches the Deployment, made by it.
+    kubectl_ok(
+        &[
+            "patch",
+            "website",
+            "site-0",
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"replicas":2}}"#,
+        ],
+        None,
+    );
+    let d = eventually(LONG, "the scale reaches the Deployment", || async {
+        let d = get_json("deployment", &ns, "site-0-web")?;
+        (d["spec"]["replicas"] == 2).then_some(d)
+    })
+    .await;
+    assert!(
+        d["metadata"]["annotations"]["second"].is_null(),
+        "the newcomer wrote nothing"
+    );
+    let s = get_json("rule", "", &first).unwrap();
+    assert_eq!(condition(&s, "Ready")["status"], "True", "{s}");
+    for r in [&first, &second] {
+        let _ = kubectl(&["delete", "rule", r], None);
+    }
+    common::delete_namespace(&ns);
+}
