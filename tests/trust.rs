@@ -388,3 +388,60 @@ async fn an_orphaned_child_outlives_its_when_its_rule_and_its_resource() {
     );
     common::delete_namespace(&ns);
 }
+
+/// One resource nested past the decoder's limit (a free-form field, 200 levels deep: the
+/// API server takes it) fails alone: the rule starts with it in the list, every other
+/// resource is reconciled, and it says why on itself.
+#[tokio::test]
+async fn a_resource_that_cannot_be_decoded_fails_alone_and_the_rule_goes_on() {
+    let client = common::client().await;
+    install_crds(&[CRD]);
+    let ns = common::namespace(&client, "trust-deep").await;
+    let dir = tempfile::tempdir().unwrap();
+    let rules = write_rules(
+        dir.path(),
+        &format!(
+            "name: deep\n{WATCH}\nchildren:\n  - id: cm\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: \"{{{{ name }}}}-cm\"}}, data: {{v: \"{{{{ spec.v | default('none') }}}}\"}}}}\n"
+        ),
+    );
+    let deep = format!(
+        r#"{{"apiVersion": "trust.ruleop.dev/v1", "kind": "Box", "metadata": {{"name": "deep", "namespace": "{ns}"}}, "spec": {{"free": {}1{}}}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    kubectl_ok(&["create", "-f", "-"], Some(&deep));
+    apply_box(&ns, "ok", json!({"v": "1"}));
+    // Started with both stored: the list of boxes holds the deep one.
+    let op = Operator::start(&ns, &[&rules], &[]);
+    wait_json("configmap", &ns, "ok-cm", "the good box's child", |c| {
+        c["data"]["v"] == "1"
+    })
+    .await;
+    // (Read by its conditions alone: the test's own decoder stops at 128 levels too.)
+    let jsonpath = "jsonpath={.status.conditions[?(@.type==\"Synced\")]}";
+    let synced = eventually(T, "the deep box says why", || async {
+        let (ok, out, _) =
+            common::kubectl(&["get", "box", "deep", "-n", &ns, "-o", jsonpath], None);
+        let c: Value = serde_json::from_str(&out).ok().filter(|_| ok)?;
+        (c["reason"] == "Undecodable").then_some(c)
+    })
+    .await;
+    let message = synced["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("recursion limit exceeded") && message.contains("fix:"),
+        "{message}"
+    );
+    assert!(get_json("configmap", &ns, "deep-cm").is_none());
+    // The rule goes on: an edit of the good box reaches its child.
+    apply_box(&ns, "ok", json!({"v": "2"}));
+    wait_json("configmap", &ns, "ok-cm", "the edit", |c| {
+        c["data"]["v"] == "2"
+    })
+    .await;
+    synced_reason(&ns, "ok", "Applied").await;
+    assert!(
+        op.logs().contains("a resource that cannot be decoded"),
+        "the log says which"
+    );
+    common::delete_namespace(&ns);
+}

@@ -57,12 +57,21 @@ pub fn decode(text: &str) -> Result<DynamicObject, serde_json::Error> {
         }),
         metadata: head.metadata,
         data: serde_json::json!({
-            UNDECODABLE: why.to_string(),
+            UNDECODABLE: without_position(&why.to_string()),
             "status": head
                 .status
                 .and_then(|s| serde_json::from_str::<serde_json::Value>(s.get()).ok()),
         }),
     })
+}
+
+/// A decode error without its position (which moves as the object's metadata grows): the
+/// same body says the same thing.
+fn without_position(why: &str) -> String {
+    match why.find(" at line ") {
+        Some(i) => why[..i].to_string(),
+        None => why.to_string(),
+    }
 }
 
 /// Why `o` could not be decoded, if it could not.

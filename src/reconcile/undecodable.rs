@@ -7,6 +7,7 @@
 
 use super::ctx::Ctx;
 use super::report::{event, key_of};
+use crate::cache::tolerant::Tolerant;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -46,7 +47,8 @@ pub async fn report(ctx: &Ctx, cr: &DynamicObject, why: &str) -> Action {
                 "lastTransitionTime": now, "observedGeneration": cr.meta().generation})
         };
         let patch = json!({"status": {"conditions": [condition("Ready"), condition("Synced")]}});
-        let api: Api<DynamicObject> = Api::namespaced_with(
+        // (The answer holds the body too: read as tolerantly as the watch reads it.)
+        let api: Api<Tolerant> = Api::namespaced_with(
             ctx.process.client.clone(),
             &cr.namespace().unwrap_or_default(),
             &*ctx.kinds.parent.resource,
