@@ -445,3 +445,79 @@ async fn a_resource_that_cannot_be_decoded_fails_alone_and_the_rule_goes_on() {
     );
     common::delete_namespace(&ns);
 }
+
+/// A status field the CRD drops (applied before the CRD declares it, as GitOps may order
+/// them) is written once the CRD changes to declare it: the field is not left out for good.
+#[tokio::test]
+async fn a_status_field_the_crd_dropped_is_written_once_the_crd_declares_it() {
+    let client = common::client().await;
+    let ns = common::namespace(&client, "trust-late-crd").await;
+    // A kind of its own (its CRD is edited here), named after the namespace.
+    let plural = format!("lates{}", ns.rsplit('-').next().unwrap_or("0"));
+    let crd = |status: Value| {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.trust.ruleop.dev")},
+            "spec": {"group": "trust.ruleop.dev", "scope": "Namespaced",
+                "names": {"kind": format!("L{plural}"), "plural": plural, "singular": plural},
+                "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                        "status": status}}}}]}})
+    };
+    let apply_crd = |status: Value| {
+        kubectl_ok(
+            &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+            Some(&crd(status).to_string()),
+        );
+        kubectl_ok(
+            &[
+                "wait",
+                "--for=condition=Established",
+                &format!("crd/{plural}.trust.ruleop.dev"),
+                "--timeout=60s",
+            ],
+            None,
+        );
+    };
+    // First without `conditions` in its status schema: the API server drops them.
+    apply_crd(json!({"type": "object", "properties": {"observedGeneration": {"type": "integer"}}}));
+    let dir = tempfile::tempdir().unwrap();
+    let rules = write_rules(
+        dir.path(),
+        &format!(
+            "name: late\nwatch: {{group: trust.ruleop.dev, version: v1, resource: {plural}}}\nchildren:\n  - id: cm\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: \"{{{{ name }}}}-cm\"}}}}\n"
+        ),
+    );
+    let op = Operator::start(&ns, &[&rules], &[]);
+    let item = json!({"apiVersion": "trust.ruleop.dev/v1", "kind": format!("L{plural}"),
+        "metadata": {"name": "a", "namespace": ns}, "spec": {}});
+    kubectl_ok(&["apply", "-f", "-"], Some(&item.to_string()));
+    wait_json(&plural, &ns, "a", "its observedGeneration", |o| {
+        o["status"]["observedGeneration"] == 1
+    })
+    .await;
+    eventually(T, "the dropped field learned", || async {
+        op.logs()
+            .contains("the custom resource's status schema drops this field")
+            .then_some(())
+    })
+    .await;
+    assert!(condition(&get_json(&plural, &ns, "a").unwrap(), "Synced").is_none());
+    // The CRD now declares every status field: the conditions are written, with no change
+    // to the resource.
+    apply_crd(json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
+    wait_json(&plural, &ns, "a", "its conditions written", |o| {
+        condition(o, "Synced").is_some_and(|c| c["reason"] == "Applied")
+    })
+    .await;
+    let _ = common::kubectl(
+        &[
+            "delete",
+            "crd",
+            &format!("{plural}.trust.ruleop.dev"),
+            "--wait=false",
+        ],
+        None,
+    );
+    common::delete_namespace(&ns);
+}

@@ -114,8 +114,12 @@ pub fn desired(v: &ObjectVerdict, running: Option<&Running>) -> Value {
         if let Some(rev) = r.revision {
             status["revision"] = json!(rev);
         }
-        // A rule with no rollout in progress has none in its status (null: removed).
-        status["rollout"] = r.rollout.clone().unwrap_or(Value::Null);
+        // A rule with no rollout in progress has none in its status (null: removed). A
+        // rollout in progress is written by its driver alone, each move before it acts on
+        // it: a second writer could put an older step back.
+        if r.rollout.is_none() {
+            status["rollout"] = Value::Null;
+        }
         status["identity"] = identity(r);
     }
     status

@@ -69,6 +69,18 @@ impl RuleBook {
     pub fn set_objects(&mut self, objects: &[serde_json::Value]) {
         let mut next = BTreeMap::new();
         for o in objects {
+            // A Rule whose spec is unchanged (same uid, same generation: its status or
+            // labels moved, as each status write of ruleop's does) is not compiled again.
+            let name = o["metadata"]["name"].as_str().unwrap_or_default();
+            if let Some(mut e) = self.objects.get(name).cloned()
+                && e.load.uid == o["metadata"]["uid"].as_str().unwrap_or_default()
+                && e.load.generation == o["metadata"]["generation"].as_i64().unwrap_or_default()
+                && e.load.generation != 0
+            {
+                e.load.revision = o["status"]["revision"].as_i64();
+                next.insert(e.load.name.clone(), e);
+                continue;
+            }
             let load = load_object(o);
             let prev = self
                 .objects
@@ -561,5 +573,24 @@ mod tests {
                 .any(|p| p.contains("`web`") && p.contains("goes on serving")),
             "{v:?}"
         );
+    }
+
+    #[test]
+    fn a_status_write_does_not_compile_the_rule_again() {
+        let mut book = RuleBook::new(Vec::new());
+        let mut r = rule_object("site", 1, "sites", "{{ name }}");
+        book.set_objects(std::slice::from_ref(&r));
+        let before = book.rules().remove(0);
+        r["status"] = serde_json::json!({"revision": 1, "conditions": []});
+        book.set_objects(std::slice::from_ref(&r));
+        let after = book.rules().remove(0);
+        assert!(Arc::ptr_eq(&before, &after), "the same compiled rule");
+        assert_eq!(book.without_good(), vec![]);
+        // A new generation is compiled.
+        r["metadata"]["generation"] = serde_json::json!(2);
+        book.set_objects(std::slice::from_ref(&r));
+        let next = book.rules().remove(0);
+        assert!(!Arc::ptr_eq(&before, &next));
+        assert_eq!(next.object.as_ref().unwrap().generation, 2);
     }
 }

@@ -3,7 +3,8 @@
 //! often no `observedGeneration`) refuses a server-side apply that sets it ("field not
 //! declared in schema"), or drops it from other writes; ruleop would then fail, or see a
 //! difference, on every reconcile. So the top-level status fields the server refused or
-//! dropped are learned, said once in the log, and left out of later statuses.
+//! dropped are learned, said once in the log, and left out of later statuses, until the
+//! kind's CRD changes (see `operator::runner::crd_follow`).
 
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -51,6 +52,15 @@ impl StatusSchema {
             }
         }
         learned
+    }
+
+    /// Forgets what was learned (the schema changed): the next writes try every field.
+    /// Whether there was anything to forget.
+    pub fn forget(&self) -> bool {
+        let mut dropped = self.dropped.lock().unwrap_or_else(|p| p.into_inner());
+        let had = !dropped.is_empty();
+        dropped.clear();
+        had
     }
 
     /// Removes the fields the schema drops.

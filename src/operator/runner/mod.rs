@@ -5,6 +5,7 @@
 use super::inventory;
 use discover::{distinct_kinds, stopped, wait_for};
 
+mod crd_follow;
 mod discover;
 pub mod identity;
 mod loaded;
@@ -140,10 +141,7 @@ async fn recorded(
 ) -> Option<super::revisions::History> {
     // A rollout's revisions are kept whatever the history limit: its previous one, and its
     // new one (the previous one of the rollout this edit starts).
-    let keep: Vec<i64> = rule
-        .object
-        .as_ref()
-        .and_then(|o| o.rollout.as_ref())
+    let keep: Vec<i64> = saved_rollout(rule, opts)
         .map(|r| [r["from"].as_i64(), r["revision"].as_i64()])
         .into_iter()
         .flatten()
@@ -160,6 +158,19 @@ async fn recorded(
             _ = tokio::time::sleep(Duration::from_secs(2)) => {}
             _ = stopped(stop.clone()) => return None,
         }
+    }
+}
+
+/// Where the Rule's status says its rollout stands: as the Rule watch has it now (its
+/// status moves on while its spec, and so the compiled rule, stays), else as it was when
+/// the rule was compiled.
+fn saved_rollout(rule: &CompiledRule, opts: &Options) -> Option<serde_json::Value> {
+    let object = rule.object.as_ref()?;
+    let key = ObjectRef::new_with(&rule.name, super::objects::resource());
+    let live = opts.rules.as_ref().and_then(|s| s.get(&key));
+    match live.filter(|o| o.metadata.uid.as_deref() == Some(object.uid.as_str())) {
+        Some(o) => o.data.pointer("/status/rollout").cloned(),
+        None => object.rollout.clone(),
     }
 }
 
@@ -313,9 +324,7 @@ async fn run(
     // The revisions that render resources (the newest; in a rollout, the previous one),
     // and where the rollout stands.
     let progress = history.as_ref().and_then(|h| {
-        let saved = crate::rollout::Progress::from_status(
-            rule.object.as_ref().and_then(|o| o.rollout.as_ref()),
-        );
+        let saved = crate::rollout::Progress::from_status(saved_rollout(&rule, &opts).as_ref());
         let previous = h.kept.keys().copied().filter(|n| *n < h.current).max();
         crate::rollout::start(saved, h.current, previous, rule.rollout.as_ref(), now())
     });
@@ -462,6 +471,15 @@ async fn run(
         opts.event_quiet.clone(),
     ));
     let status_schema = Arc::new(crate::status::StatusSchema::default());
+    let _crd_follow = AbortOnDrop(tokio::spawn(
+        crd_follow::follow(
+            client.clone(),
+            format!("{}.{}", rule.watch.resource, rule.watch.group),
+            status_schema.clone(),
+            reconcile_all.clone(),
+        )
+        .in_current_span(),
+    ));
     // One context per revision: its rule, and its children's places among the kinds.
     let mut contexts = Vec::new();
     let (mut c_at, mut e_at) = (0, 0);

@@ -116,14 +116,7 @@ impl Driver {
     async fn set(&self, prev: &Progress, next: Progress) -> bool {
         let moved =
             (prev.phase, prev.step, prev.threshold) != (next.phase, next.step, next.threshold);
-        let api: Api<DynamicObject> =
-            Api::all_with(self.client.clone(), &super::super::objects::resource());
-        let patch = serde_json::json!({"status": {"rollout": &next}});
-        if let Err(e) = api
-            .patch_status(&self.rule, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            tracing::warn!(error = %e, "the rollout's progress could not be recorded on the Rule; trying again");
+        if !self.record(&next).await {
             return false;
         }
         if let Ok(mut p) = self.choose.progress.write() {
@@ -148,6 +141,29 @@ impl Driver {
             self.event(prev, &next).await;
         }
         true
+    }
+
+    /// Writes `p` as the Rule's `status.rollout` (the driver is its one writer); false when
+    /// it could not.
+    async fn record(&self, p: &Progress) -> bool {
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &super::super::objects::resource());
+        let patch = serde_json::json!({"status": {"rollout": p}});
+        if let Err(e) = api
+            .patch_status(&self.rule, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::warn!(error = %e, "the rollout's progress could not be recorded on the Rule; trying again");
+            return false;
+        }
+        true
+    }
+
+    /// What the Rule's status says of the rollout now.
+    fn recorded(&self) -> Option<Progress> {
+        let store = self.rules.as_ref()?;
+        let key = ObjectRef::new_with(&self.rule, super::super::objects::resource());
+        Progress::from_status(store.get(&key)?.data.pointer("/status/rollout"))
     }
 
     /// An Event on the Rule for a step, a pause, a rollback or the end.
@@ -242,8 +258,14 @@ impl Driver {
 
 /// Moves the rollout on until the rule stops.
 pub(super) async fn drive(d: Driver, mut stop: watch::Receiver<bool>) {
-    if let Some(p) = d.current() {
-        d.info.set_rollout(serde_json::to_value(&p).ok());
+    let Some(p) = d.current() else { return };
+    d.info.set_rollout(serde_json::to_value(&p).ok());
+    // A rollout that starts (or pauses) here is recorded before anything moves.
+    while d.recorded().as_ref() != Some(&p) && !d.record(&p).await {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
     }
     loop {
         tokio::select! {
