@@ -147,7 +147,7 @@ fn render_with_observed_children_prints_the_status() {
     let observed = dir.path().join("observed.yaml");
     std::fs::write(
         &observed,
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: my-blog-web}\nstatus: {readyReplicas: 3}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: my-blog-web}\n",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: my-blog-web, generation: 1}\nspec: {replicas: 3}\nstatus: {observedGeneration: 1, replicas: 3, updatedReplicas: 3, readyReplicas: 3}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: my-blog-web}\n",
     )
     .unwrap();
     let (code, stdout, stderr) = ruleop(&[

@@ -305,3 +305,71 @@ async fn the_webhook_refuses_a_broken_rule_and_with_ruleop_down_the_last_good_re
     let _ = kubectl(&["delete", "validatingwebhookconfiguration", &hook], None);
     common::delete_namespace(&ns);
 }
+
+/// A deleted Rule lets its resources go: the children that ask to be orphaned are let go,
+/// the finalizers it put on (ordered deletion, orphans) are taken off, so deleting a
+/// resource afterwards does not hang; the other children stay until the garbage
+/// collector takes them with their resource.
+#[tokio::test]
+async fn a_deleted_rule_releases_its_finalizers_and_lets_its_orphans_go() {
+    let client = common::client().await;
+    install_crds(&[RULE_CRD, "tests/fixtures/trust/crd.yaml"]);
+    let ns = common::namespace(&client, "rule-release").await;
+    let name = format!("boxes-{ns}");
+    let selector = format!("ruleop.dev/test={ns}");
+    let _op = Operator::start(
+        &ns,
+        &[],
+        &[
+            "--rule-objects=true",
+            "--rule-selector",
+            &selector,
+            "--lease-namespace",
+            &ns,
+        ],
+    );
+    let cm = |id: &str, extra: &str| {
+        json!({"id": id, "onRemove": extra, "template": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("{{{{ name }}}}-{id}")}, "data": {"a": "1"}}})
+    };
+    apply(&json!({"apiVersion": "ruleop.dev/v1alpha1", "kind": "Rule",
+        "metadata": {"name": name, "labels": {"ruleop.dev/test": ns}},
+        "spec": {"watch": {"group": "trust.ruleop.dev", "version": "v1", "resource": "boxes"},
+            "deletion": "Ordered",
+            "children": [cm("app", "Delete"), cm("keep", "Orphan")]}}));
+    common::apply_box(&ns, "b", json!({}));
+    let held = |b: &Value| {
+        b["metadata"]["finalizers"].as_array().is_some_and(|f| {
+            f.iter()
+                .any(|f| f.as_str().is_some_and(|f| f.starts_with("ruleop.dev/")))
+        })
+    };
+    eventually(T, "the box held by both finalizers", || async {
+        let b = get_json("box", &ns, "b")?;
+        let f = b["metadata"]["finalizers"].as_array()?.len();
+        (held(&b) && f == 2 && get_json("configmap", &ns, "b-keep").is_some()).then_some(())
+    })
+    .await;
+    kubectl_ok(&["delete", "rule", &name], None);
+    eventually(T, "the finalizers released, the orphan let go", || async {
+        let b = get_json("box", &ns, "b")?;
+        let keep = get_json("configmap", &ns, "b-keep")?;
+        let let_go = keep["metadata"]["ownerReferences"]
+            .as_array()
+            .is_none_or(Vec::is_empty);
+        (!held(&b) && let_go).then_some(())
+    })
+    .await;
+    let app = get_json("configmap", &ns, "b-app").expect("the other child stays");
+    assert!(
+        app["metadata"]["ownerReferences"].is_array(),
+        "still the box's: {app}"
+    );
+    kubectl_ok(&["delete", "box", "b", "-n", &ns, "--wait=false"], None);
+    eventually(T, "the box gone, its orphan kept", || async {
+        (get_json("box", &ns, "b").is_none() && get_json("configmap", &ns, "b-keep").is_some())
+            .then_some(())
+    })
+    .await;
+    common::delete_namespace(&ns);
+}

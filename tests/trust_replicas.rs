@@ -185,3 +185,76 @@ async fn a_version_that_never_ran_prunes_nothing_until_it_has_been_the_newest_fo
     .await;
     common::delete_namespace(&ns);
 }
+
+/// A kind that leaves the rule with its `onRemove: Orphan` child (a Secret standing for a
+/// PVC), on a replica whose version must wait before it retires kinds: a resource deleted
+/// meanwhile keeps its orphans' finalizer until the retirement has let the object go, so
+/// the garbage collector never takes it.
+#[tokio::test]
+async fn an_orphan_of_a_kind_being_retired_is_let_go_before_its_resource_is_released() {
+    let client = common::client().await;
+    install_crds(&["tests/fixtures/trust/crd.yaml"]);
+    let ns = common::namespace(&client, "trust-orphan-kind").await;
+    let dir = tempfile::tempdir().unwrap();
+    let watch = "watch: {group: trust.ruleop.dev, version: v1, resource: boxes}";
+    let config = "  - id: config\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}-a\"}, data: {a: \"1\"}}\n";
+    let keep = "  - id: keep\n    onRemove: Orphan\n    template: {apiVersion: v1, kind: Secret, metadata: {name: \"{{ name }}-keep\"}, stringData: {s: \"1\"}}\n";
+    let a_file = dir.path().join("a.yaml");
+    let b_file = dir.path().join("b.yaml");
+    std::fs::write(
+        &a_file,
+        format!("name: orphankind\n{watch}\nchildren:\n{config}{keep}"),
+    )
+    .unwrap();
+    // The standby's files already drop the Secret child, and its kind with it.
+    std::fs::write(
+        &b_file,
+        format!("name: orphankind\n{watch}\nchildren:\n{config}"),
+    )
+    .unwrap();
+    let lease = "trust-orphan-kind";
+    let a_args = replica_args(&ns, lease, "leader");
+    let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
+    let mut a = Operator::start(&ns, &[a_file.to_str().unwrap()], &a_args);
+    leads(&ns, lease, "leader", T).await;
+    common::apply_box(&ns, "b", json!({}));
+    let kept = wait_json("secret", &ns, "b-keep", "the orphaned child", |_| true).await;
+    let first = uid(&kept);
+    wait_json("box", &ns, "b", "held by the orphans' finalizer", |b| {
+        b["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == "ruleop.dev/orphan"))
+    })
+    .await;
+
+    let mut b_args = replica_args(&ns, lease, "standby");
+    b_args.extend(["--rules-settle-seconds".to_string(), "20".to_string()]);
+    let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
+    let standby = Operator::start(&ns, &[b_file.to_str().unwrap()], &b_args);
+    standby.admin_addr().await;
+    a.kill();
+    leads(&ns, lease, "standby", Duration::from_secs(30)).await;
+    // The resource deleted while the standby's version waits to retire the Secret kind.
+    common::kubectl(&["delete", "box", "b", "-n", &ns, "--wait=false"], None);
+    let start = Instant::now();
+    loop {
+        let s = get_json("secret", &ns, "b-keep")
+            .expect("the orphaned child was deleted with its resource");
+        assert_eq!(uid(&s), first, "the same object");
+        let released = s["metadata"]["ownerReferences"]
+            .as_array()
+            .is_none_or(Vec::is_empty);
+        if released && get_json("box", &ns, "b").is_none() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the Secret let go and the resource released: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // And it stays: nothing collects it later.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(get_json("secret", &ns, "b-keep").is_some());
+    common::delete_namespace(&ns);
+}

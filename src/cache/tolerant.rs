@@ -30,10 +30,47 @@ struct Head {
     #[serde(default)]
     kind: String,
     #[serde(default)]
-    metadata: ObjectMeta,
+    metadata: HeadMeta,
     /// Its status, when that decodes (ruleop writes it, so it is shallow).
     #[serde(default)]
     status: Option<Box<serde_json::value::RawValue>>,
+}
+
+/// The metadata read of such an object: all but `managedFields`, whose `fieldsV1` nest
+/// as deep as the fields they describe (skipped, without recursion).
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct HeadMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+    owner_references: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>,
+    finalizers: Option<Vec<String>>,
+    creation_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+impl From<HeadMeta> for ObjectMeta {
+    fn from(m: HeadMeta) -> ObjectMeta {
+        ObjectMeta {
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            resource_version: m.resource_version,
+            generation: m.generation,
+            labels: m.labels,
+            annotations: m.annotations,
+            owner_references: m.owner_references,
+            finalizers: m.finalizers,
+            creation_timestamp: m.creation_timestamp,
+            deletion_timestamp: m.deletion_timestamp,
+            ..ObjectMeta::default()
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for Tolerant {
@@ -55,7 +92,7 @@ pub fn decode(text: &str) -> Result<DynamicObject, serde_json::Error> {
             api_version: head.api_version,
             kind: head.kind,
         }),
-        metadata: head.metadata,
+        metadata: head.metadata.into(),
         data: serde_json::json!({
             UNDECODABLE: without_position(&why.to_string()),
             "status": head
@@ -118,11 +155,14 @@ pub fn dynamic(ev: Event<Tolerant>) -> Event<DynamicObject> {
 mod tests {
     use super::*;
 
+    /// An object nested `levels` deep in its spec, in maps, and so in its managedFields.
     fn deep(levels: usize) -> String {
+        let nested =
+            |leaf: &str| format!("{}{leaf}{}", r#"{"a": "#.repeat(levels), "}".repeat(levels));
         format!(
-            r#"{{"apiVersion": "x.io/v1", "kind": "Web", "metadata": {{"name": "deep", "namespace": "n", "uid": "u1"}}, "spec": {{"free": {}1{}}}}}"#,
-            "[".repeat(levels),
-            "]".repeat(levels)
+            r#"{{"apiVersion": "x.io/v1", "kind": "Web", "metadata": {{"name": "deep", "namespace": "n", "uid": "u1", "finalizers": ["ruleop.dev/orphan"], "managedFields": [{{"manager": "kubectl", "fieldsType": "FieldsV1", "fieldsV1": {}}}]}}, "spec": {{"free": {}}}}}"#,
+            nested("{}"),
+            nested("1")
         )
     }
 
@@ -145,6 +185,10 @@ mod tests {
         let bad = &l.items[1].0;
         assert_eq!(bad.metadata.name.as_deref(), Some("deep"));
         assert_eq!(bad.metadata.uid.as_deref(), Some("u1"));
+        assert_eq!(
+            bad.metadata.finalizers,
+            Some(vec!["ruleop.dev/orphan".to_string()])
+        );
         assert!(
             undecodable(bad).is_some_and(|why| why.contains("recursion limit")),
             "{bad:?}"

@@ -198,12 +198,13 @@ async fn parent_uids(
             kind: w.resource.clone(),
             message: "not served".into(),
         })?;
-    let api: Api<DynamicObject> = match namespace {
+    // (Read tolerantly: a resource nested too deep to decode must not fail the list.)
+    let api: Api<crate::cache::tolerant::Tolerant> = match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &*resolved.resource),
         None => Api::all_with(client.clone(), &*resolved.resource),
     };
     let list = api
-        .list_metadata(&ListParams::default())
+        .list(&ListParams::default())
         .await
         .map_err(|e| InventoryError::Cleanup {
             kind: w.resource.clone(),
@@ -212,7 +213,7 @@ async fn parent_uids(
     Ok(list
         .items
         .iter()
-        .filter_map(|o| o.metadata.uid.clone())
+        .filter_map(|o| o.0.metadata.uid.clone())
         .collect())
 }
 
@@ -317,11 +318,28 @@ pub struct Retirement {
     /// one's too; a pinned revision's): none of these is retired, whichever revision a
     /// resource is on.
     pub in_force: BTreeSet<Made>,
-    /// True until the retirement is over (its kinds' objects gone or let go, or kept for
-    /// good): while it is, no resource of the rule releases its orphans' finalizer (an
-    /// object of a retired kind that asks to be orphaned is let go first).
-    pub pending: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The kinds recorded and not in force (being retired, or kept), for the resources'
+    /// deletions: each lets go its own objects of them that ask to be orphaned before its
+    /// finalizer goes. Unknown until the inventory is read.
+    pub unwatched: std::sync::Arc<crate::reconcile::Unwatched>,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+}
+
+/// The kinds a rule's spec (as a Rule holds it) names for its children, read without
+/// compiling it: those of a revision in force that no longer compiles.
+pub fn kinds_of_spec(spec: &serde_json::Value) -> BTreeSet<Made> {
+    spec["children"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            let t = &c["template"];
+            Some(Made {
+                api_version: t["apiVersion"].as_str()?.to_string(),
+                kind: t["kind"].as_str()?.to_string(),
+            })
+        })
+        .collect()
 }
 
 /// The union of the kinds of every revision in force.
@@ -337,13 +355,14 @@ pub fn kinds_in_force<'a>(revisions: impl IntoIterator<Item = &'a CompiledRule>)
 /// are retried with backoff, counted in `ruleop_retired_kinds_pending`, until they succeed
 /// or the rule stops.
 pub async fn retire(r: Retirement) {
-    struct Done<'a>(&'a std::sync::atomic::AtomicBool);
-    impl Drop for Done<'_> {
-        fn drop(&mut self) {
-            self.0.store(false, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-    let _done = Done(&r.pending);
+    let unwatched = |kinds: &[Made]| {
+        r.unwatched.set(
+            kinds
+                .iter()
+                .map(|m| (m.api_version.clone(), m.kind.clone()))
+                .collect(),
+        )
+    };
     let Retirement {
         inventory,
         children,
@@ -371,6 +390,7 @@ pub async fn retire(r: Retirement) {
             let mut record = inventory.recorded(&key).await?;
             record.extend(also.iter().cloned());
             let gone = retired(&record, now);
+            unwatched(&gone);
             record.extend(now.iter().cloned());
             inventory.record(&key, &record).await?;
             let (go, kept): (Vec<Made>, Vec<Made>) =
@@ -393,6 +413,7 @@ pub async fn retire(r: Retirement) {
                         record.remove(m);
                         inventory.record(&key, &record).await?;
                         pending.dec();
+                        unwatched(&retired(&record, now));
                     }
                     Err(e) => {
                         tracing::warn!(kind = %m.kind, error = %e, "cleanup of a retired kind failed");
@@ -421,6 +442,11 @@ pub async fn retire(r: Retirement) {
             }
             Err(e) => {
                 let delay = retry_delay(attempt);
+                if r.unwatched.get().is_none() {
+                    // The inventory cannot be read: no kind it recorded is known, and the
+                    // resources' deletions go on with the kinds the rule makes.
+                    unwatched(&[]);
+                }
                 tracing::warn!(error = %e, retry_in_s = delay.as_secs(), "cleanup of retired kinds pending; retrying");
                 tokio::time::sleep(delay).await;
                 attempt += 1;
@@ -443,6 +469,19 @@ mod tests {
             api_version: api_version.into(),
             kind: kind.into(),
         }
+    }
+
+    #[test]
+    fn the_kinds_of_a_spec_that_no_longer_compiles_are_read_from_its_templates() {
+        let spec = serde_json::json!({"children": [
+            {"id": "a", "template": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "{{ broken"}}},
+            {"id": "b", "template": {"apiVersion": "apps/v1", "kind": "Deployment"}},
+            {"id": "c"}]});
+        let kinds: Vec<Made> = kinds_of_spec(&spec).into_iter().collect();
+        assert_eq!(
+            kinds,
+            vec![made("apps/v1", "Deployment"), made("v1", "ConfigMap")]
+        );
     }
 
     #[test]

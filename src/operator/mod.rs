@@ -14,6 +14,7 @@ pub mod args;
 pub mod crds;
 pub mod inventory;
 pub mod objects;
+pub mod release;
 pub mod reload;
 pub mod revisions;
 pub mod rule_status;
@@ -264,6 +265,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     );
     let mut sup = Supervisor::new(opts, metrics.clone(), health.clone());
     sup.served = served;
+    sup.present = book.names();
     sup.set_desired(initial);
 
     let mut election = election;
@@ -294,6 +296,12 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
                     set_leader(leading, &metrics, &health);
                     if leading {
                         tracing::info!(identity = %me, "became leader: starting controllers");
+                        // Only on Rules seen since the Lease was taken.
+                        if let Some(o) = &objects {
+                            o.caught_up(Duration::from_secs(30)).await;
+                            refresh(&mut book, Some(o), &process.client, &args.lease_namespace).await;
+                            put_in_force(&mut book, &mut sup, &mut last_problems, &metrics, &health, false).await;
+                        }
                         sup.converge().await;
                     } else {
                         // The fence already stops every write; in-flight reconciles are
@@ -376,6 +384,7 @@ async fn put_in_force(
     leading: bool,
 ) {
     let rules = book.rules();
+    sup.present = book.names();
     let problems = book.problems.clone();
     if report(&problems, last, metrics, health) && problems.is_empty() {
         tracing::info!("rules files load cleanly again");

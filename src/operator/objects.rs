@@ -2,8 +2,9 @@
 //! never disagree about which rules are in force. Each change signals the main loop, which
 //! loads them into the rule book beside the files.
 
+use crate::cache::tolerant::Tolerant;
 use crate::rules::object::{GROUP, KIND, PLURAL, VERSION, api_version};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{self, Store};
@@ -27,6 +28,9 @@ pub fn resource() -> ApiResource {
 /// The watch of Rule objects and its cache.
 pub struct RuleObjects {
     pub store: Store<DynamicObject>,
+    /// The Rules' API and selector, for a fresh list (see [`RuleObjects::caught_up`]).
+    api: Api<Tolerant>,
+    selector: Option<String>,
     /// One signal per burst of changes (a full channel already holds one).
     pub changes: mpsc::Receiver<()>,
     /// Set when a list or watch of Rules failed (the kind not served, not allowed).
@@ -46,7 +50,10 @@ impl RuleObjects {
     /// `selector`: only the Rules with these labels.
     pub fn start(client: kube::Client, selector: Option<&str>) -> RuleObjects {
         let ar = resource();
-        let api: Api<DynamicObject> = Api::all_with(client, &ar);
+        // (Read tolerantly: one Rule nested too deep to decode must not stop every Rule; it
+        // loads as a Rule with no spec, refused.)
+        let api: Api<Tolerant> = Api::all_with(client, &ar);
+        let fresh = api.clone();
         let writer = reflector::store::Writer::new(ar);
         let store = writer.as_reader();
         let (tx, changes) = mpsc::channel(1);
@@ -56,7 +63,10 @@ impl RuleObjects {
         if let Some(s) = selector {
             config = config.labels(s);
         }
-        let stream = watcher(api, config).default_backoff().reflect(writer);
+        let stream = watcher(api, config)
+            .default_backoff()
+            .map_ok(crate::cache::tolerant::dynamic)
+            .reflect(writer);
         let task = tokio::spawn(async move {
             let mut told = false;
             let mut stream = std::pin::pin!(stream);
@@ -77,6 +87,8 @@ impl RuleObjects {
         });
         RuleObjects {
             store,
+            api: fresh,
+            selector: selector.map(str::to_string),
             changes,
             failed,
             task,
@@ -89,6 +101,47 @@ impl RuleObjects {
         tokio::select! {
             r = tokio::time::timeout(within, self.store.wait_until_ready()) => r.is_ok_and(|r| r.is_ok()),
             _ = self.failed.notified() => false,
+        }
+    }
+
+    /// Waits (at most `within`) until the watch's cache holds the Rules at least as the API
+    /// server gives them now: every Rule listed is in it at its listed generation or later
+    /// (a Rule deleted since and still cached only keeps its rule running a little longer).
+    /// A new leader acts only on Rules it has seen after taking
+    /// the Lease (a standby whose watch lags would run an older generation, and take what
+    /// the newer one added for an edit to undo). False when it could not tell (the list
+    /// failed) or the cache did not catch up in time (then it goes on, and says so).
+    pub async fn caught_up(&self, within: Duration) -> bool {
+        let mut lp = kube::api::ListParams::default();
+        if let Some(s) = &self.selector {
+            lp = lp.labels(s);
+        }
+        let listed: Vec<DynamicObject> = match self.api.list(&lp).await {
+            Ok(l) => l.items.into_iter().map(|t| t.0).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "the Rules cannot be listed to check that this replica's view of them is current");
+                return false;
+            }
+        };
+        let start = tokio::time::Instant::now();
+        loop {
+            let cached = self.store.state();
+            let behind = listed.iter().any(|l| {
+                !cached.iter().any(|c| {
+                    c.metadata.uid == l.metadata.uid
+                        && c.metadata.generation >= l.metadata.generation
+                })
+            });
+            if !behind {
+                return true;
+            }
+            if start.elapsed() >= within {
+                tracing::warn!(
+                    "this replica's watch of Rules has not caught up with the API server's list: it goes on with what it has"
+                );
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 

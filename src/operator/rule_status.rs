@@ -17,7 +17,9 @@ pub struct Running {
     pub resources: Option<usize>,
     /// The revision in force, and the rollout's progress, once known.
     pub revision: Option<i64>,
-    pub rollout: Option<Value>,
+    pub rollout: Option<Option<Value>>,
+    /// The resource it serves, `group/resource`.
+    pub watch: String,
     /// The ServiceAccount it runs as (`namespace/name`), and why it waits to start.
     pub identity: Option<String>,
     pub blocked: Option<super::runner::parts::Blocked>,
@@ -105,11 +107,15 @@ pub fn desired(v: &ObjectVerdict, running: Option<&Running>) -> Value {
         "observedGeneration": v.generation,
         "conditions": [accepted, ready],
         "problems": v.problems,
+        // (A Rule not in force serves nothing: null removes what an earlier status said.)
+        "watch": null,
     });
     if let Some(r) = running {
         if let Some(k) = &r.kind {
             status["kind"] = json!(k);
         }
+        // (Read back by every replica: the Rule serving a kind goes on serving it.)
+        status["watch"] = json!(r.watch);
         status["resources"] = json!(r.resources.unwrap_or(0));
         if let Some(rev) = r.revision {
             status["revision"] = json!(rev);
@@ -117,7 +123,7 @@ pub fn desired(v: &ObjectVerdict, running: Option<&Running>) -> Value {
         // A rule with no rollout in progress has none in its status (null: removed). A
         // rollout in progress is written by its driver alone, each move before it acts on
         // it: a second writer could put an older step back.
-        if r.rollout.is_none() {
+        if r.rollout == Some(None) {
             status["rollout"] = Value::Null;
         }
         status["identity"] = identity(r);
@@ -199,6 +205,7 @@ pub async fn write_all(
                 resources: t.info.resources(),
                 revision: t.info.revision.get().copied(),
                 rollout: t.info.rollout(),
+                watch: format!("{}/{}", t.rule.watch.group, t.rule.watch.resource),
                 identity: t.rule.identity.as_ref().map(|i| i.to_string()),
                 blocked: t.info.blocked(),
             })
@@ -273,7 +280,8 @@ mod tests {
             kind: Some("WebSite".into()),
             resources: Some(2),
             revision: None,
-            rollout: None,
+            rollout: Some(None),
+            watch: "x.io/webs".into(),
             identity: None,
             blocked: None,
         };
@@ -311,7 +319,8 @@ mod tests {
             kind: Some("WebSite".into()),
             resources: None,
             revision: None,
-            rollout: None,
+            rollout: Some(None),
+            watch: "x.io/webs".into(),
             identity: Some("team-a/web".into()),
             blocked: Some(Blocked::Missing(missing)),
         };

@@ -20,6 +20,11 @@ pub struct Supervisor {
     /// The fingerprints loaded for each rule, in order (whether this replica saw its
     /// version follow another: see [`super::versions`]).
     loaded: BTreeMap<String, Vec<String>>,
+    /// Every rule name a source holds (in force or refused): a running rule whose name is
+    /// not here was removed for good.
+    pub present: std::collections::BTreeSet<String>,
+    /// The releases of removed rules' resources under way, by rule.
+    releasing: BTreeMap<String, tokio::task::JoinHandle<()>>,
     /// The kinds served, for the webhook (it refuses a Rule on a kind another rule serves).
     pub served: Arc<super::webhook::review::Served>,
 }
@@ -34,6 +39,8 @@ impl Supervisor {
             desired: Vec::new(),
             loaded: BTreeMap::new(),
             served: super::webhook::review::Served::new(),
+            releasing: BTreeMap::new(),
+            present: Default::default(),
         }
     }
 
@@ -55,8 +62,15 @@ impl Supervisor {
             if !self.desired.iter().any(|r| r.name == name)
                 && let Some(task) = self.running.remove(&name)
             {
-                tracing::info!(rule = %name, "rule removed: stopping its controller; its children stay");
+                let rule = task.rule.clone();
                 task.stop().await;
+                if self.present.contains(&name) {
+                    // Refused (a conflict), not removed: its resources stay held.
+                    tracing::info!(rule = %name, "rule refused: stopping its controller; its children stay");
+                } else {
+                    tracing::info!(rule = %name, "rule removed: stopping its controller; its children stay, its resources' finalizers are released");
+                    self.release(rule).await;
+                }
             }
         }
         for rule in self.desired.clone() {
@@ -82,11 +96,41 @@ impl Supervisor {
                 }
                 None => Vec::new(),
             };
+            // Back before its release ended: the rule keeps its resources again.
+            if let Some(h) = self.releasing.remove(&rule.name) {
+                h.abort();
+            }
             let loaded = self.loaded.get(&rule.name).cloned().unwrap_or_default();
             let task = RuleTask::spawn(rule.clone(), self.opts.clone(), retired, loaded);
             self.running.insert(rule.name.clone(), task);
         }
         self.publish();
+    }
+
+    /// Releases the resources of `rule`, removed (see [`super::release`]), as the rule's
+    /// ServiceAccount when it names one.
+    async fn release(&mut self, rule: Arc<CompiledRule>) {
+        let client = match &rule.identity {
+            Some(id) => match self.opts.clients.acting_as(&id.user()).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(rule = %rule.name, error = %e, "no client for the removed rule's ServiceAccount: its resources' finalizers are released as ruleop");
+                    self.opts.process.client.clone()
+                }
+            },
+            None => self.opts.process.client.clone(),
+        };
+        let name = rule.name.clone();
+        let task = super::release::run(super::release::Release {
+            client,
+            rule,
+            namespace: self.opts.scope.namespace.clone(),
+            fence: self.opts.process.fence.clone(),
+            reporter: self.opts.reporter.clone(),
+        });
+        if let Some(old) = self.releasing.insert(name, tokio::spawn(task)) {
+            old.abort();
+        }
     }
 
     /// The running rule of that name.

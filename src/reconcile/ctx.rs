@@ -153,9 +153,31 @@ pub struct Kinds {
     pub listed: Listed,
     /// When objects the render no longer makes may be deleted.
     pub prune: PruneFrom,
-    /// True while kinds no revision in force makes are being retired (their objects
-    /// deleted or let go): no orphans' finalizer is released meanwhile.
-    pub retiring: Arc<std::sync::atomic::AtomicBool>,
+    /// The kinds recorded for the rule that no revision in force makes (being retired, or
+    /// kept): no watch sees their objects, so a deletion lets go those that ask to be
+    /// orphaned by asking the API server.
+    pub unwatched: Arc<Unwatched>,
+}
+
+/// The kinds a rule made once and no revision in force makes: (apiVersion, kind).
+#[derive(Debug, Default)]
+pub struct Unwatched {
+    /// None until the rule's retirement has read the inventory.
+    kinds: std::sync::Mutex<Option<Vec<(String, String)>>>,
+}
+
+impl Unwatched {
+    /// These are the kinds from now on.
+    pub fn set(&self, kinds: Vec<(String, String)>) {
+        if let Ok(mut k) = self.kinds.lock() {
+            *k = Some(kinds);
+        }
+    }
+
+    /// The kinds, once known.
+    pub fn get(&self) -> Option<Vec<(String, String)>> {
+        self.kinds.lock().ok().and_then(|k| k.clone())
+    }
 }
 
 /// When a rule may take away the objects its render no longer makes: only once its version

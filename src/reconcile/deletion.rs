@@ -58,16 +58,66 @@ fn wanted(ctx: &Ctx, cr: &DynamicObject) -> Vec<&'static str> {
         out.push(FINALIZER);
     }
     let held = cr.finalizers().iter().any(|f| f == ORPHAN_FINALIZER);
-    if orphans_children(ctx) || (held && (retiring(ctx) || any_orphan_left(ctx, cr))) {
+    let unwatched = ctx.kinds.unwatched.get().is_none_or(|k| !k.is_empty());
+    if orphans_children(ctx) || (held && (unwatched || any_orphan_left(ctx, cr))) {
         out.push(ORPHAN_FINALIZER);
     }
     out
 }
 
-/// Whether kinds no revision in force makes are still being retired: an object of such a
-/// kind may ask to be orphaned, and no watch of this rule sees it.
+/// Whether the kinds no revision in force makes are not known yet (the rule's retirement
+/// has not read the inventory): an object of such a kind may ask to be orphaned, and no
+/// watch of this rule sees it.
 fn retiring(ctx: &Ctx) -> bool {
-    ctx.kinds.retiring.load(std::sync::atomic::Ordering::SeqCst)
+    ctx.kinds.unwatched.get().is_none()
+}
+
+/// Lets go the objects of `cr` that ask to be orphaned among the kinds no revision in
+/// force makes (no watch sees them: asked of the API server, by the rule's label).
+async fn let_go_unwatched(ctx: &Ctx, cr: &DynamicObject) -> Result<(), ReconcileError> {
+    let (ns, uid) = (
+        cr.namespace().unwrap_or_default(),
+        cr.uid().unwrap_or_default(),
+    );
+    let selector = format!("{}={}", crate::render::RULE_LABEL, ctx.rule.name);
+    let client = &ctx.process.client;
+    for (api_version, kind) in ctx.kinds.unwatched.get().unwrap_or_default() {
+        let version = api_version.rsplit('/').next().unwrap_or(&api_version);
+        let group = crate::render::group_of(&api_version);
+        let resolved = match crate::cache::discovery::child(client, group, version, &kind).await {
+            Ok(Some(r)) => r,
+            // Not served: nothing of it can be left.
+            Ok(None) => continue,
+            Err(e) => {
+                return Err(ReconcileError::Unwatched {
+                    kind,
+                    message: e.to_string(),
+                });
+            }
+        };
+        let ar = &*resolved.resource;
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, ar);
+        let list = api
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| ReconcileError::Unwatched {
+                kind: kind.clone(),
+                message: e.to_string(),
+            })?;
+        for o in list.items.iter().filter(|o| apply::orphans(o)) {
+            if crate::cache::owners::controller_uid(o) != Some(uid.as_str()) {
+                continue;
+            }
+            if !ctx.process.fence.holds() {
+                return Err(ReconcileError::NotLeader);
+            }
+            apply::orphan(&api, ar, o, &uid)
+                .await
+                .map_err(ReconcileError::Apply)?;
+            tracing::info!(rule = %ctx.rule.name, kind = %kind, name = %o.name_any(), namespace = %ns, "a child of a kind the rule no longer makes, asking to be orphaned, let go: its resource is being deleted");
+        }
+    }
+    Ok(())
 }
 
 /// Whether an object of the resource still asks to be orphaned.
@@ -178,10 +228,13 @@ pub async fn step(ctx: &Ctx, r: &ResourceId, cr: &DynamicObject) -> Result<Actio
         .collect();
     // `kubectl delete --cascade=orphan` asks for the children to stay.
     let orphan = cr.finalizers().iter().any(|f| f == "orphan");
-    if retiring(ctx) && cr.finalizers().iter().any(|f| f == ORPHAN_FINALIZER) {
-        // An object of a kind being retired may ask to be orphaned: it is let go first.
-        tracing::debug!(rule = %ctx.rule.name, object = %cr.name_any(), "deletion waits for the kinds the rule no longer makes to be retired (their objects that ask to be orphaned are let go first)");
-        return Ok(Action::requeue(RECHECK));
+    if cr.finalizers().iter().any(|f| f == ORPHAN_FINALIZER) {
+        if retiring(ctx) {
+            // Which kinds the rule no longer makes is not known yet.
+            tracing::debug!(rule = %ctx.rule.name, object = %cr.name_any(), "deletion waits to know the kinds the rule no longer makes (their objects that ask to be orphaned are let go first)");
+            return Ok(Action::requeue(RECHECK));
+        }
+        let_go_unwatched(ctx, cr).await?;
     }
     let ordered = ctx.rule.deletion == DeletionPolicy::Ordered
         && cr.finalizers().iter().any(|f| f == FINALIZER);

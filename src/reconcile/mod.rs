@@ -25,7 +25,7 @@ pub mod report;
 pub mod status_write;
 pub mod undecodable;
 
-pub use ctx::{Choose, Ctx, KindTable, Kinds, Listed, Process, PruneFrom, Router};
+pub use ctx::{Choose, Ctx, KindTable, Kinds, Listed, Process, PruneFrom, Router, Unwatched};
 pub use outcome::ReconcileError;
 pub use record::Records;
 
@@ -70,17 +70,31 @@ pub fn error_policy(cr: Arc<Cached>, err: &ReconcileError, router: Arc<Router>) 
 /// error of this resource alone, retried with backoff.
 pub async fn reconcile(cached: Arc<Cached>, router: Arc<Router>) -> Result<Action, ReconcileError> {
     let cr = Arc::new(cached.object().map_err(ReconcileError::Decode)?);
-    if let Some(why) = crate::cache::tolerant::undecodable(&cr) {
-        return Ok(undecodable::report(&router.newest, &cr, why).await);
-    }
-    let Some(ctx) = router.pick(&cr) else {
+    let deleted = cr.metadata.deletion_timestamp.is_some();
+    let ctx = match (crate::cache::tolerant::undecodable(&cr), router.pick(&cr)) {
+        // Its deletion needs its metadata alone: its orphans let go, its finalizers off.
+        _ if deleted => router.pick(&cr).unwrap_or_else(|| router.newest.clone()),
+        (Some(why), _) => return Ok(undecodable::report(&router.newest, &cr, why).await),
+        (None, Some(ctx)) => ctx,
         // Its revision is held: it waits (the rollout says why).
-        return Ok(Action::await_change());
+        (None, None) => return Ok(Action::await_change()),
     };
     AssertUnwindSafe(reconcile_object(cr, ctx))
         .catch_unwind()
         .await
         .map_err(|p| ReconcileError::Panicked(panic_message(p.as_ref())))?
+}
+
+/// Runs `f` (pure CPU: a render) without holding up the async workers: on a worker of a
+/// multi-threaded runtime, that worker hands its other tasks (the Lease's renewal among
+/// them) to another thread while `f` runs; elsewhere (a single-threaded runtime: the CLI,
+/// tests) `f` simply runs.
+fn off_the_workers<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 /// What a panic said.
@@ -147,12 +161,16 @@ async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Actio
 
     // The template variables (with the existing objects found), built once for the
     // children and the status.
-    let scope = render::scope(rule, &cr_json).and_then(|s| lookups::resolve(&ctx, &r, s));
-    let live = |c: &Rendered| ctx.live(&ns, c);
-    let rendered = scope
-        .as_ref()
-        .map_err(Clone::clone)
-        .and_then(|s| render::render_applied(rule, s, &live));
+    // (Off the async workers, which also renew the Lease: a render is pure CPU.)
+    let (scope, rendered) = off_the_workers(|| {
+        let scope = render::scope(rule, &cr_json).and_then(|s| lookups::resolve(&ctx, &r, s));
+        let live = |c: &Rendered| ctx.live(&ns, c);
+        let rendered = scope
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|s| render::render_applied(rule, s, &live));
+        (scope, rendered)
+    });
     let (sync, round) = sync_children(&ctx, &cr, &ns, &r, &rendered, finalizer).await;
     let plan = rendered.as_ref().ok();
     if let Some(e) = round.transient {

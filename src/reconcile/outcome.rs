@@ -90,6 +90,10 @@ pub enum ReconcileError {
     /// go on.
     #[error("the reconcile failed inside ruleop: {0}")]
     Panicked(String),
+    /// The objects of a kind the rule no longer makes could not be read (to let go those
+    /// that ask to be orphaned before the resource goes).
+    #[error("reading the {kind} objects of the rule (a kind it no longer makes): {message}")]
+    Unwatched { kind: String, message: String },
 }
 
 impl ReconcileError {
@@ -101,6 +105,7 @@ impl ReconcileError {
             ReconcileError::Finalizer(_) => "finalizer",
             ReconcileError::NotLeader => "not_leader",
             ReconcileError::Panicked(_) => "internal",
+            ReconcileError::Unwatched { .. } => "finalizer",
         }
     }
 }

@@ -19,6 +19,20 @@ pub async fn report(ctx: &Ctx, cr: &DynamicObject, why: &str) -> Action {
     let message = format!(
         "the resource cannot be read by ruleop ({why}); nothing of it is rendered, written or deleted until it is changed\n  fix: keep free-form fields to at most 100 levels of nesting"
     );
+    let said = cr.data["status"]["conditions"]
+        .as_array()
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c["type"] == "Synced"
+                    && c["reason"] == "Undecodable"
+                    && c["message"] == message.as_str()
+                    && c["observedGeneration"].as_i64() == cr.meta().generation
+            })
+        });
+    if said {
+        // Said already (a resync, a replica's restart): nothing more to write.
+        return Action::await_change();
+    }
     tracing::warn!(rule = %ctx.rule.name, object = %key_of(cr), error = %why, "a resource that cannot be decoded: it alone is not reconciled");
     ctx.process.metrics.error(&ctx.rule.name, "undecodable");
     event(
@@ -30,17 +44,7 @@ pub async fn report(ctx: &Ctx, cr: &DynamicObject, why: &str) -> Action {
         message.clone(),
         None,
     );
-    let said = cr.data["status"]["conditions"]
-        .as_array()
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c["type"] == "Synced"
-                    && c["reason"] == "Undecodable"
-                    && c["message"] == message.as_str()
-                    && c["observedGeneration"].as_i64() == cr.meta().generation
-            })
-        });
-    if !said && ctx.process.fence.holds() {
+    if ctx.process.fence.holds() {
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let condition = |type_: &str| {
             json!({"type": type_, "status": "False", "reason": "Undecodable", "message": message,

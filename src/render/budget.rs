@@ -1,5 +1,6 @@
 //! The budget of one resource's render: at most [`MAX_OBJECTS`] objects, [`MAX_RENDER_BYTES`]
-//! bytes of them all together, and [`MAX_EVALUATIONS`] templates and expressions evaluated.
+//! bytes of them all together, [`MAX_EVALUATIONS`] templates and expressions evaluated, and
+//! [`MAX_RENDER_TIME`] of rendering.
 //! Each evaluation already runs on bounded fuel and each object is capped; this bounds
 //! the whole, so that one custom resource (a thousand items, each copying a large field)
 //! cannot take the memory or the time of every other resource, and of every rule.
@@ -11,9 +12,16 @@ use super::model::RenderError;
 use crate::rules::program::{MAX_EVALUATIONS, MAX_OBJECTS, MAX_RENDER_BYTES};
 use std::cell::Cell;
 
+/// The longest one resource's render may take: its evaluations stop there
+/// (`RenderFailed`, past its budget). Renders take milliseconds; this bounds the CPU one
+/// resource can take from the others, whatever its templates do within their fuel.
+pub const MAX_RENDER_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
 thread_local! {
     /// Evaluations so far in the render on this thread, if one is metered.
     static SPENT: Cell<Option<u64>> = const { Cell::new(None) };
+    /// When the render metered on this thread must end.
+    static DEADLINE: Cell<Option<std::time::Instant>> = const { Cell::new(None) };
 }
 
 /// Meters the evaluations of this thread while it lives.
@@ -24,7 +32,13 @@ pub struct Metered {
 
 /// Starts metering a render.
 pub fn metered() -> Metered {
+    metered_within(MAX_RENDER_TIME)
+}
+
+/// Starts metering a render that may take `time`.
+fn metered_within(time: std::time::Duration) -> Metered {
     SPENT.with(|s| s.set(Some(0)));
+    DEADLINE.with(|d| d.set(std::time::Instant::now().checked_add(time)));
     Metered {
         objects: 0,
         bytes: 0,
@@ -34,6 +48,7 @@ pub fn metered() -> Metered {
 impl Drop for Metered {
     fn drop(&mut self) {
         SPENT.with(|s| s.set(None));
+        DEADLINE.with(|d| d.set(None));
     }
 }
 
@@ -68,6 +83,13 @@ pub fn spend() -> Result<(), RenderError> {
         )),
         Some(n) => {
             s.set(Some(n + 1));
+            let late = DEADLINE.with(|d| d.get().is_some_and(|t| std::time::Instant::now() > t));
+            if late {
+                return Err(over(
+                    format!("{} s of rendering", MAX_RENDER_TIME.as_secs()),
+                    format!("{} s", MAX_RENDER_TIME.as_secs()),
+                ));
+            }
             Ok(())
         }
     })
@@ -79,6 +101,17 @@ fn over(what: String, limit: String) -> RenderError {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_render_past_its_time_stops_at_its_next_evaluation() {
+        let m = metered_within(std::time::Duration::ZERO);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let e = spend().unwrap_err().to_string();
+        assert!(e.contains("s of rendering"), "{e}");
+        drop(m);
+        assert!(spend().is_ok(), "nothing metered outside a render");
+    }
+
     use super::*;
 
     #[test]

@@ -95,8 +95,10 @@ pub fn builtin(kind: &str, live: &Value) -> Result<(), String> {
     }
 }
 
-/// Whether `child` is ready, given its live object: its kind's built-in check and then its
-/// `readyWhen` (which adds a condition; it never waives the built-in one); Err says why not.
+/// Whether `child` is ready, given its live object: its `readyWhen` (the author's own
+/// definition, for a kind whose built-in check does not fit: a PVC of a
+/// WaitForFirstConsumer class, a LoadBalancer with no provider), else its kind's built-in
+/// check; Err says why not.
 pub fn child_ready(
     rule: &CompiledRule,
     child: &CompiledChild,
@@ -104,9 +106,8 @@ pub fn child_ready(
     live: &Value,
     item: Option<&Item>,
 ) -> Result<(), String> {
-    builtin(&child.kind, live)?;
     let Some(e) = &child.ready_when else {
-        return Ok(());
+        return builtin(&child.kind, live);
     };
     let mut vars: std::collections::BTreeMap<String, minijinja::Value> = scope.vars();
     if let (Some(each), Some(item)) = (&child.each, item) {

@@ -78,6 +78,7 @@ impl RuleBook {
                 && e.load.generation != 0
             {
                 e.load.revision = o["status"]["revision"].as_i64();
+                e.load.serving = super::object::serving(o);
                 next.insert(e.load.name.clone(), e);
                 continue;
             }
@@ -140,6 +141,17 @@ impl RuleBook {
         e.good = load_object(&obj).rule;
     }
 
+    /// Every rule name a source holds now, in force or refused (a rule whose name is not
+    /// here was removed for good).
+    pub fn names(&self) -> std::collections::BTreeSet<String> {
+        self.files
+            .values()
+            .flatten()
+            .map(|r| r.name.clone())
+            .chain(self.objects.keys().cloned())
+            .collect()
+    }
+
     /// The names of the Rule objects.
     pub fn object_names(&self) -> Vec<String> {
         self.objects.keys().cloned().collect()
@@ -185,30 +197,22 @@ impl RuleBook {
         &self.problems
     }
 
-    /// Which of the rules that watch one kind serves it: the first by this key. A file's
-    /// rule before a Rule object's; then the one in force here (it goes on serving); then
-    /// the Rule created first (every replica reads the same Rules, so every replica makes
-    /// the same choice), then by name.
+    /// Which of the rules that watch one kind serves it: the first by this key. A Rule
+    /// whose status says it serves that kind (`Accepted`, `status.watch`: the cluster's
+    /// word, the same on every replica and after a failover); then a file's rule; then the
+    /// Rule created first, then by name.
     fn precedence(&self, r: &CompiledRule) -> (bool, bool, String, String) {
-        let in_force = self.in_force.get(&r.name).is_some_and(|p| {
-            p.at.file == r.at.file
-                && p.watch.group == r.watch.group
-                && p.watch.resource == r.watch.resource
-        });
-        let created = match &r.object {
-            Some(_) => self
-                .objects
-                .get(&r.name)
-                .map(|e| e.load.created.clone())
-                .unwrap_or_default(),
-            None => String::new(),
-        };
-        (r.object.is_some(), !in_force, created, r.name.clone())
+        let watch = format!("{}/{}", r.watch.group, r.watch.resource);
+        let entry = r.object.as_ref().and_then(|_| self.objects.get(&r.name));
+        let serving = entry.is_some_and(|e| e.load.serving.as_deref() == Some(watch.as_str()));
+        let created = entry.map(|e| e.load.created.clone()).unwrap_or_default();
+        (!serving, r.object.is_some(), created, r.name.clone())
     }
 
     /// The rules in force: one per name (the first file in path order wins), and one per
-    /// watched resource. When a Rule object watches what another rule serves (a file's, or
-    /// an older Rule's), only the newcomer is refused: the serving one goes on (see
+    /// watched resource. When a Rule object watches what another rule serves (a Rule that
+    /// serves it, a file's, an older Rule's), only the newcomer is refused: the serving one
+    /// goes on (see
     /// [`RuleBook::precedence`]). Two files' rules on one resource are both refused, on
     /// every replica alike (which one a replica loaded first is no ground for a choice). A
     /// refused rule keeps its last version in force if that one watched something else.
@@ -237,10 +241,10 @@ impl RuleBook {
                 continue;
             }
             rules.sort_by_key(|r| self.precedence(r));
-            let both_files = rules[1].object.is_none();
+            let both_files = rules[0].object.is_none() && rules[1].object.is_none();
             if !both_files {
-                // One serves (a file's, the one in force, the oldest Rule): the others are
-                // refused, and it goes on.
+                // One serves (the Rule serving it, a file's, the oldest Rule): the others
+                // are refused, and it goes on.
                 let serving = rules[0].clone();
                 for r in &rules[1..] {
                     problems.push(same_watch(r, &serving, true));
@@ -554,6 +558,26 @@ mod tests {
                 "{v:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_rule_whose_status_says_it_serves_the_kind_goes_on_whatever_was_made_first() {
+        // `old` was made first, watched another kind, and was edited onto what `serving`
+        // serves (its status says so): on every replica, `serving` goes on.
+        let old = created(
+            rule_object("old", 2, "sites", "{{ name }}-b"),
+            "2026-01-01T00:00:00Z",
+        );
+        let mut serving = created(
+            rule_object("serving", 1, "sites", "{{ name }}"),
+            "2026-02-01T00:00:00Z",
+        );
+        serving["status"] = serde_json::json!({"watch": "x.io/sites"});
+        let mut book = RuleBook::new(Vec::new());
+        book.set_objects(&[old, serving]);
+        let names: Vec<String> = book.rules().iter().map(|r| r.name.clone()).collect();
+        assert_eq!(names, ["serving"]);
+        assert!(!book.object_verdict("old").unwrap().accepted);
     }
 
     #[test]

@@ -46,9 +46,18 @@ pub struct ObjectLoad {
     pub revision: Option<i64>,
     /// When it was created (RFC 3339, as the API server writes it: ordered as text).
     pub created: String,
+    /// The resource its status says it serves (`status.watch`, `group/resource`): every
+    /// replica reads the same, so every replica lets it go on.
+    pub serving: Option<String>,
     /// The compiled rule, when the Rule has no problem.
     pub rule: Option<Arc<CompiledRule>>,
     pub problems: Vec<ObjectProblem>,
+}
+
+/// What `status.watch` says the Rule serves (written while a generation of it is in
+/// force, removed when none is).
+pub fn serving(obj: &Value) -> Option<String> {
+    obj["status"]["watch"].as_str().map(str::to_string)
 }
 
 /// The pseudo-path a Rule's rule is known by in logs (`Rule/website`).
@@ -69,6 +78,7 @@ pub fn load_object(obj: &Value) -> ObjectLoad {
             .to_string(),
         generation: obj["metadata"]["generation"].as_i64().unwrap_or_default(),
         revision: obj["status"]["revision"].as_i64(),
+        serving: serving(obj),
         created: obj["metadata"]["creationTimestamp"]
             .as_str()
             .unwrap_or_default()
@@ -215,6 +225,7 @@ pub fn crd() -> Value {
                             "properties": {
                                 "observedGeneration": {"type": "integer", "format": "int64"},
                                 "kind": {"type": "string"},
+                                "watch": {"type": "string", "description": "The resource it serves (`group/resource`): a Rule that serves a kind goes on serving it when another Rule watches it too."},
                                 "revision": {"type": "integer", "format": "int64"},
                                 "resources": {"type": "integer", "format": "int64"},
                                 "conditions": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},

@@ -239,22 +239,3 @@ fn the_ready_expression_adds_to_the_childrens_readiness_and_never_waives_it() {
     let [ready, _] = verdict::conditions(Some(&rep), None);
     assert_eq!(ready.message, rep.checked);
 }
-
-#[test]
-fn a_ready_when_adds_to_the_kinds_own_check() {
-    let r = rule(
-        "name: c\nwatch: {group: x.io, version: v1, resource: cs}\nchildren:\n  - id: d\n    readyWhen: \"true\"\n    template: {apiVersion: apps/v1, kind: Deployment, metadata: {name: \"{{ name }}\"}}\n",
-    );
-    let cr = json!({"metadata": {"name": "a", "namespace": "n"}, "spec": {}});
-    let stuck = json!({"metadata": {"name": "a", "generation": 1}, "spec": {"replicas": 1},
-        "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 1, "readyReplicas": 1}});
-    let rep = compute_with(&r, &cr, &[("d", stuck)]);
-    assert!(!rep.ready, "{rep:?}");
-    assert!(
-        rep.notes[0].contains("old replica(s) pending termination"),
-        "{:?}",
-        rep.notes
-    );
-    let rep = compute_with(&r, &cr, &[("d", rolled_out(1))]);
-    assert!(rep.ready, "{rep:?}");
-}

@@ -69,11 +69,8 @@ impl RuleTask {
         let (stop, stop_rx) = watch::channel(false);
         let synced = Arc::new(AtomicBool::new(false));
         let info = Arc::new(RuleInfo::default());
-        // Until the rollout driver runs, the Rule's status keeps where a rollout stood
-        // (the status writer must not erase it while the rule waits to start).
-        if rule.rollout.is_some() {
-            info.set_rollout(rule.object.as_ref().and_then(|o| o.rollout.clone()));
-        }
+        // (Until the run decides whether a rollout runs, the Rule's status keeps where one
+        // stood: the status writer leaves it alone.)
         let identity = rule
             .identity
             .as_ref()
@@ -172,6 +169,20 @@ fn saved_rollout(rule: &CompiledRule, opts: &Options) -> Option<serde_json::Valu
         Some(o) => o.data.pointer("/status/rollout").cloned(),
         None => object.rollout.clone(),
     }
+}
+
+/// The kinds of every revision in force: those loaded, and a rollout's previous one that
+/// no longer compiles (`held`: its resources wait on it, and keep its kinds' objects).
+fn in_force_kinds(
+    loaded: &[&CompiledRule],
+    history: Option<&super::revisions::History>,
+    held: Option<i64>,
+) -> std::collections::BTreeSet<inventory::Made> {
+    let mut kinds = inventory::kinds_in_force(loaded.iter().copied());
+    if let Some(rev) = held.and_then(|n| history?.kept.get(&n)) {
+        kinds.extend(inventory::kinds_of_spec(&rev.spec));
+    }
+    kinds
 }
 
 /// An (apiVersion, kind).
@@ -361,7 +372,7 @@ async fn run(
         return;
     }
     // Kinds no revision in force makes are cleaned up beside the controller, until done.
-    let retiring = Arc::new(AtomicBool::new(true));
+    let unwatched = Arc::new(crate::reconcile::Unwatched::default());
     let _cleanup = AbortOnDrop(tokio::spawn(
         inventory::retire(inventory::Retirement {
             inventory: inventory(),
@@ -375,8 +386,8 @@ async fn run(
                 retired
             },
             policy: allowed.retire,
-            in_force: inventory::kinds_in_force(revisions.iter().copied()),
-            pending: retiring.clone(),
+            in_force: in_force_kinds(&revisions, history.as_ref(), held),
+            unwatched: unwatched.clone(),
             metrics: opts.process.metrics.clone(),
         })
         .in_current_span(),
@@ -473,7 +484,7 @@ async fn run(
     let status_schema = Arc::new(crate::status::StatusSchema::default());
     let _crd_follow = AbortOnDrop(tokio::spawn(
         crd_follow::follow(
-            client.clone(),
+            own.clone(),
             format!("{}.{}", rule.watch.resource, rule.watch.group),
             status_schema.clone(),
             reconcile_all.clone(),
@@ -505,7 +516,7 @@ async fn run(
                 existing,
                 listed: Listed::new(sync.clone(), kinds.len()),
                 prune: prune_from,
-                retiring: retiring.clone(),
+                unwatched: unwatched.clone(),
             },
             records: records.clone(),
             events: events.clone(),

@@ -47,8 +47,9 @@ pub struct RuleInfo {
     pub(super) records: std::sync::OnceLock<Arc<Records<crate::reconcile::outcome::Sent>>>,
     /// The revision of a Rule object's rule, once recorded.
     pub revision: std::sync::OnceLock<i64>,
-    /// Where its rollout stands (as the Rule's `status.rollout`).
-    rollout: std::sync::Mutex<Option<serde_json::Value>>,
+    /// Where its rollout stands (as the Rule's `status.rollout`): None until the run has
+    /// decided (then `Some(None)` when no rollout runs).
+    rollout: std::sync::Mutex<Option<Option<serde_json::Value>>>,
     /// Why the rule waits to start: its ServiceAccount lacks permissions.
     blocked: std::sync::Mutex<Option<Blocked>>,
 }
@@ -67,11 +68,13 @@ impl RuleInfo {
 
     pub fn set_rollout(&self, v: Option<serde_json::Value>) {
         if let Ok(mut r) = self.rollout.lock() {
-            *r = v;
+            *r = Some(v);
         }
     }
 
-    pub fn rollout(&self) -> Option<serde_json::Value> {
+    /// Where the rollout stands: None while the run has not decided, `Some(None)` when
+    /// no rollout runs.
+    pub fn rollout(&self) -> Option<Option<serde_json::Value>> {
         self.rollout.lock().ok().and_then(|r| r.clone())
     }
 

@@ -75,7 +75,7 @@ pub(super) fn hold_missing_from(
         p.step_started = now.to_string();
     }
     p.message = format!(
-        "paused: revision {} (which the resources not reached keep) no longer loads (see ruleop's log); those resources are not reconciled until it loads again: apply a spec that loads, or pin them to a kept revision",
+        "paused: revision {} (which the resources not reached keep) no longer loads (see ruleop's log: a kind's schema changed under it?); those resources wait, unreconciled, until it loads again; an abort would put every resource on it: pin a resource to a kept revision that loads to move it",
         p.from
     );
     tracing::warn!(
@@ -244,6 +244,8 @@ impl Driver {
             .iter()
             .filter_map(|c| c.value())
             .filter(|v| v.pointer("/metadata/deletionTimestamp").is_none())
+            // (One ruleop cannot read takes no part: it would never be Ready.)
+            .filter(|v| v.get(crate::cache::tolerant::UNDECODABLE).is_none())
             .map(|v| Resource::of(&v))
             .collect();
         let next = rollout::evaluate(&p, &self.rollout, &resources, now);

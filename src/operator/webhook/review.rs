@@ -68,10 +68,23 @@ fn verdict(rule: &Value, served: &[Serving]) -> (bool, Option<String>) {
     }
     let load = load_object(rule);
     let mut problems: Vec<String> = load.problems.iter().map(ToString::to_string).collect();
+    // (Served entries of this Rule itself are its own edit.)
+    let own = crate::rules::object::source_path(&load.name)
+        .display()
+        .to_string();
+    if let Some(file) = served
+        .iter()
+        .find(|s| s.rule == load.name && s.source != own)
+    {
+        problems.push(format!(
+            "metadata.name: a rule named {:?} is served from {}; a Rule of that name would be refused and that rule would go on serving\n  fix: name the Rule otherwise, or remove the rule from its file first",
+            load.name, file.source
+        ));
+    }
     if let Some(r) = &load.rule
-        && let Some(other) = served.iter().find(|s| {
-            s.rule != r.name && s.group == r.watch.group && s.resource == r.watch.resource
-        })
+        && let Some(other) = served
+            .iter()
+            .find(|s| s.source != own && s.group == r.watch.group && s.resource == r.watch.resource)
     {
         problems.push(format!(
             "spec.watch: {}/{} {} is served by rule `{}` ({}); a second rule on it would be refused and `{}` would go on serving\n  fix: one rule per watched resource: edit `{}` instead, or watch another resource",
@@ -148,5 +161,16 @@ mod tests {
         *served.0.write().unwrap() = vec![serving("web")];
         let ok = answer(&review(rule(json!(2))), &served);
         assert_eq!(ok["response"]["allowed"], true, "{ok}");
+        // A Rule named as a file's rule is refused, whatever it watches.
+        let mut file = serving("web");
+        file.source = "/etc/ruleop/rules/web.yaml".into();
+        file.resource = "others".into();
+        *served.0.write().unwrap() = vec![file];
+        let bad = answer(&review(rule(json!(2))), &served);
+        let m = bad["response"]["status"]["message"].as_str().unwrap();
+        assert!(
+            m.contains("is served from /etc/ruleop/rules/web.yaml"),
+            "{m}"
+        );
     }
 }

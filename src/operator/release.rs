@@ -1,0 +1,241 @@
+//! A rule removed for good (its Rule deleted, or its file gone) lets its resources go:
+//! its finalizers (`ruleop.dev/orphan`, `ruleop.dev/ordered-deletion`) would otherwise stay
+//! with nothing to release them, and a resource's (or its namespace's) deletion would hang.
+//! The children that ask to be orphaned (`onRemove: Orphan`) are let go first, as the rule
+//! would have done, then each resource's finalizers are taken off. What cannot be done (its
+//! RBAC) is said on the resource (a Warning Event `FinalizerNotReleased`) and in the log,
+//! and tried again with backoff while this process leads. Children otherwise stay (a
+//! removed rule deletes nothing).
+
+use crate::apply::{ApplyError, orphan, orphans};
+use crate::cache::discovery;
+use crate::cache::tolerant::Tolerant;
+use crate::client::Fence;
+use crate::reconcile::deletion::{FINALIZER, ORPHAN_FINALIZER};
+use crate::render::{RULE_LABEL, group_of};
+use crate::rules::CompiledRule;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a release is not done yet.
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    #[error("discovery of {what}: {message}")]
+    Discovery { what: String, message: String },
+    #[error("listing {what}: {source}")]
+    List {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("letting {kind} {name} go: {source}")]
+    Orphan {
+        kind: String,
+        name: String,
+        #[source]
+        source: ApplyError,
+    },
+    #[error("taking ruleop's finalizers off {name}: {source}")]
+    Finalizers {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("not the leader: nothing written")]
+    NotLeader,
+}
+
+/// Where the release acts, and as whom.
+pub struct Release {
+    pub client: Client,
+    pub rule: Arc<CompiledRule>,
+    pub namespace: Option<String>,
+    pub fence: Arc<Fence>,
+    pub reporter: Reporter,
+}
+
+const OURS: [&str; 2] = [FINALIZER, ORPHAN_FINALIZER];
+
+/// Releases the removed rule's resources, retried with backoff (1 s doubling to 5 min)
+/// until done or this process no longer leads.
+pub async fn run(r: Release) {
+    let mut attempt = 0u32;
+    loop {
+        match once(&r).await {
+            Ok(0) => return,
+            Ok(n) => {
+                tracing::info!(rule = %r.rule.name, resources = n, "rule removed: its resources' finalizers released (their children that ask to be orphaned let go first)");
+                return;
+            }
+            Err(ReleaseError::NotLeader) => return,
+            Err(e) => {
+                let delay = Duration::from_secs((1u64 << attempt.min(9)).min(300));
+                tracing::warn!(rule = %r.rule.name, error = %e, retry_in_s = delay.as_secs(), "rule removed: its resources' finalizers cannot be released yet");
+                tokio::time::sleep(delay).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+fn api<K>(r: &Release, ar: &kube::discovery::ApiResource, ns: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<
+            DynamicType = kube::discovery::ApiResource,
+            Scope = kube::core::DynamicResourceScope,
+        >,
+{
+    match ns {
+        Some(ns) => Api::namespaced_with(r.client.clone(), ns, ar),
+        None => Api::all_with(r.client.clone(), ar),
+    }
+}
+
+/// One pass; how many resources were released.
+async fn once(r: &Release) -> Result<usize, ReleaseError> {
+    let w = &r.rule.watch;
+    let what = format!("{}/{} {}", w.group, w.version, w.resource);
+    let parent = match discovery::watched(&r.client, w).await {
+        Ok(Some(p)) => p,
+        // The kind is gone: so are its resources.
+        Ok(None) => return Ok(0),
+        Err(e) => {
+            return Err(ReleaseError::Discovery {
+                what,
+                message: e.to_string(),
+            });
+        }
+    };
+    let ar = &*parent.resource;
+    // (Read tolerantly: a resource nested too deep to decode must not fail the list.)
+    let resources: Api<Tolerant> = api(r, ar, r.namespace.as_deref());
+    let held: Vec<DynamicObject> = resources
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| ReleaseError::List {
+            what: what.clone(),
+            source,
+        })?
+        .items
+        .into_iter()
+        .map(|t| t.0)
+        .filter(|o| o.finalizers().iter().any(|f| OURS.contains(&f.as_str())))
+        .collect();
+    if held.is_empty() {
+        return Ok(0);
+    }
+    let uids: BTreeSet<String> = held.iter().filter_map(|o| o.uid()).collect();
+    let_orphans_go(r, &uids).await?;
+    for o in &held {
+        if !r.fence.holds() {
+            return Err(ReleaseError::NotLeader);
+        }
+        let rest: Vec<&String> = o
+            .finalizers()
+            .iter()
+            .filter(|f| !OURS.contains(&f.as_str()))
+            .collect();
+        let patch =
+            json!({"metadata": {"finalizers": rest, "resourceVersion": o.resource_version()}});
+        let ns_api: Api<DynamicObject> = api(r, ar, o.namespace().as_deref());
+        if let Err(source) = ns_api
+            .patch(
+                &o.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            let e = ReleaseError::Finalizers {
+                name: o.name_any(),
+                source,
+            };
+            say(r, ar, o, &e).await;
+            return Err(e);
+        }
+    }
+    Ok(held.len())
+}
+
+/// Lets go every object of the rule's child kinds that asks to be orphaned and whose
+/// controller is one of `uids`.
+async fn let_orphans_go(r: &Release, uids: &BTreeSet<String>) -> Result<(), ReleaseError> {
+    let kinds: BTreeSet<(&str, &str)> = r
+        .rule
+        .children
+        .iter()
+        .map(|c| (c.api_version.as_str(), c.kind.as_str()))
+        .collect();
+    let selector = format!("{RULE_LABEL}={}", r.rule.name);
+    for (api_version, kind) in kinds {
+        let version = api_version.rsplit('/').next().unwrap_or(api_version);
+        let what = format!("{api_version} {kind}");
+        let child = match discovery::child(&r.client, group_of(api_version), version, kind).await {
+            Ok(Some(c)) => c,
+            Ok(None) => continue,
+            Err(e) => {
+                return Err(ReleaseError::Discovery {
+                    what,
+                    message: e.to_string(),
+                });
+            }
+        };
+        let car = &*child.resource;
+        let all: Api<DynamicObject> = api(r, car, r.namespace.as_deref());
+        let list = all
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|source| ReleaseError::List { what, source })?;
+        for o in list.items.iter().filter(|o| orphans(o)) {
+            let Some(owner) = crate::cache::owners::controller_uid(o).filter(|u| uids.contains(*u))
+            else {
+                continue;
+            };
+            if !r.fence.holds() {
+                return Err(ReleaseError::NotLeader);
+            }
+            let ns_api: Api<DynamicObject> = api(r, car, o.namespace().as_deref());
+            orphan(&ns_api, car, o, owner)
+                .await
+                .map_err(|source| ReleaseError::Orphan {
+                    kind: kind.to_string(),
+                    name: o.name_any(),
+                    source,
+                })?;
+            tracing::info!(rule = %r.rule.name, kind, name = %o.name_any(), "rule removed: a child that asks to be orphaned let go");
+        }
+    }
+    Ok(())
+}
+
+/// A Warning Event on the resource: why its finalizers stay.
+async fn say(r: &Release, ar: &kube::discovery::ApiResource, o: &DynamicObject, e: &ReleaseError) {
+    let reference = ObjectReference {
+        api_version: Some(ar.api_version.clone()),
+        kind: Some(ar.kind.clone()),
+        name: o.metadata.name.clone(),
+        namespace: o.metadata.namespace.clone(),
+        uid: o.metadata.uid.clone(),
+        ..Default::default()
+    };
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: "FinalizerNotReleased".into(),
+        note: Some(format!(
+            "rule `{}` was removed; ruleop cannot take its finalizers off this resource: {e}",
+            r.rule.name
+        )),
+        action: "Release".into(),
+        secondary: None,
+    };
+    let recorder = Recorder::new(r.client.clone(), r.reporter.clone());
+    if let Err(e) = recorder.publish(&ev, &reference).await {
+        tracing::debug!(error = %e, "Event not published");
+    }
+}

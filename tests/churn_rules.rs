@@ -1,0 +1,603 @@
+//! The churn test of Rule objects: the churn test's rule served from a Rule with a
+//! progressive rollout (a canary, then half, then all; pausing when a step is not Ready in
+//! time), on a control plane of its own with the API server's audit log. The Rule is edited
+//! (the same edits as the files' churn: kinds added and dropped mid-rollout), an earlier
+//! spec is applied again, rollouts are resumed and aborted by annotation, a second Rule on
+//! the same kind comes and goes, a resource nested too deep to decode is made, resources
+//! are edited, made and deleted, the leader is killed and fails over, the API server
+//! restarts.
+//!
+//! Checked, from the audit log and the objects: ruleop writes nothing it does not own;
+//! it never deletes an object that every revision in force renders (the newest, the one a
+//! rollout comes from, the one in the Rule's status) both before and after the step it
+//! deletes in; it never deletes an orphaned child's object; the second Rule is refused
+//! and never serves; after the last step (a paused rollout resumed) every resource is
+//! `Synced` and `Ready` with exactly the children the revision in force renders; then
+//! nothing is written for a while.
+//!
+//! `RULEOP_CHURN_SEED`, `RULEOP_CHURN_STEPS` and `RULEOP_CHURN_QUIET_SECONDS` as for the
+//! files' churn test (`RULEOP_CHURN_RULES_SEED` replays this one's seed alone).
+
+#[path = "churn/audit.rs"]
+mod audit;
+mod common;
+#[path = "churn/shape.rs"]
+mod shape;
+
+use audit::{
+    KeepOnFailure, Mark, NS, OP_NS, POLICY, a_box, apply, converged, holder, ruleops_writes,
+    wrong_deletes,
+};
+use common::{Operator, eventually, kubectl_at};
+use k8s_openapi::jiff::Timestamp;
+use ruleop::rollout::{Progress, Resource, choose, rank};
+use ruleop::rules::CompiledRule;
+use serde_json::{Value, json};
+use shape::{Shape, expected, load, random_spec};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+const RULE: &str = "churn";
+const OTHER: &str = "churn-second";
+
+/// A replica serving Rule objects.
+struct Replica {
+    name: &'static str,
+    op: Option<Operator>,
+    starts: usize,
+}
+
+impl Replica {
+    fn start(&mut self, kc: &str) {
+        self.starts += 1;
+        let identity = format!("{}-{}", self.name, self.starts);
+        let args = [
+            "--rule-objects=true",
+            "--leader-elect",
+            "--lease-namespace",
+            OP_NS,
+            "--lease-name",
+            "churn",
+            "--lease-duration",
+            "6",
+            "--identity",
+            &identity,
+        ];
+        self.op = Some(Operator::start_with_env(
+            NS,
+            &[],
+            &args,
+            &[("KUBECONFIG", kc)],
+        ));
+    }
+
+    fn restart(&mut self, kc: &str) {
+        if let Some(mut op) = self.op.take() {
+            op.kill();
+        }
+        self.start(kc);
+    }
+}
+
+/// The rollout every spec declares.
+fn rollout() -> Value {
+    json!({"steps": [{"resources": 1}, {"percent": 50}], "waitReady": "40s", "onFailure": "Pause"})
+}
+
+/// Rule `name` holding the rules text `text`, with the rollout.
+fn rule_object(name: &str, text: &str) -> Value {
+    let mut spec: Value = serde_yaml::from_str(text).unwrap();
+    spec["name"] = json!(name);
+    spec["rollout"] = rollout();
+    json!({"apiVersion": "ruleop.dev/v1alpha1", "kind": "Rule", "metadata": {"name": name}, "spec": spec})
+}
+
+fn get(kc: &str, args: &[&str]) -> Option<Value> {
+    let (ok, out, _) = kubectl_at(kc, args, None);
+    ok.then(|| serde_json::from_str(&out).ok()).flatten()
+}
+
+/// Rule `churn`'s status.
+fn rule_status(kc: &str) -> Value {
+    get(kc, &["get", "rule", RULE, "-o", "json"])
+        .map(|r| r["status"].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// The specs of the Rule's revisions, by number.
+fn revisions(kc: &str) -> BTreeMap<i64, Value> {
+    let list = get(
+        kc,
+        &[
+            "get",
+            "controllerrevisions",
+            "-n",
+            OP_NS,
+            "-l",
+            &format!("ruleop.dev/rule={RULE}"),
+            "-o",
+            "json",
+        ],
+    )
+    .unwrap_or(Value::Null);
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| Some((c["revision"].as_i64()?, c["data"]["spec"].clone())))
+        .collect()
+}
+
+/// A revision's spec compiled as ruleop compiles it.
+fn compile(spec: &Value) -> Option<Arc<CompiledRule>> {
+    let obj = json!({"metadata": {"name": RULE, "uid": "u", "generation": 1}, "spec": spec});
+    ruleop::rules::object::load_object(&obj).rule
+}
+
+/// One resource as the invariant reads it: its name, uid, when made, and the revision that
+/// last reconciled it (read by columns: the deep resource is past the test's decoder too).
+struct Seen {
+    name: String,
+    uid: String,
+    created: String,
+    revision: Option<i64>,
+}
+
+fn boxes(kc: &str) -> Vec<Seen> {
+    let columns = "custom-columns=N:.metadata.name,U:.metadata.uid,C:.metadata.creationTimestamp,R:.status.ruleRevision";
+    let (_, out, _) = kubectl_at(
+        kc,
+        &["get", "boxes", "-n", NS, "--no-headers", "-o", columns],
+        None,
+    );
+    out.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some(Seen {
+                name: f.first()?.to_string(),
+                uid: f.get(1)?.to_string(),
+                created: f.get(2)?.to_string(),
+                revision: f.get(3).and_then(|r| r.parse().ok()),
+            })
+        })
+        .collect()
+}
+
+/// For each resource, the revisions it may be on now: the one that last reconciled it,
+/// the one the rollout in the Rule's status gives it (by its rank), and the spec last
+/// applied while no rollout to it is recorded yet (any resource may be its canary).
+fn on(kc: &str, applied: &str) -> BTreeMap<String, Vec<Arc<CompiledRule>>> {
+    let status = rule_status(kc);
+    let compiled: BTreeMap<i64, Arc<CompiledRule>> = revisions(kc)
+        .iter()
+        .filter_map(|(n, spec)| Some((*n, compile(spec)?)))
+        .collect();
+    let newest = compile(&rule_object(RULE, applied)["spec"]).unwrap_or_else(|| load(applied));
+    let progress = Progress::from_status(Some(&status["rollout"]));
+    let current = status["revision"].as_i64();
+    let recorded = progress.as_ref().map(|p| p.revision).or(current);
+    let pending = recorded
+        .and_then(|n| compiled.get(&n))
+        .is_none_or(|r| r.fingerprint != newest.fingerprint);
+    boxes(kc)
+        .into_iter()
+        .map(|b| {
+            let mut revs: Vec<Arc<CompiledRule>> = Vec::new();
+            if let Some(r) = b.revision.and_then(|n| compiled.get(&n)) {
+                revs.push(r.clone());
+            }
+            if let Some(newest_number) = current {
+                let r = Resource {
+                    key: String::new(),
+                    rank: rank(&b.uid),
+                    created: Some(b.created.clone()),
+                    revision: None,
+                    pinned: None,
+                    ready: false,
+                    failed: None,
+                };
+                let n = choose(progress.as_ref(), newest_number, &r);
+                if let Some(r) = compiled.get(&n) {
+                    revs.push(r.clone());
+                }
+            }
+            if pending || revs.is_empty() {
+                revs.push(newest.clone());
+            }
+            (b.name, revs)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
+    let seed: u64 = std::env::var("RULEOP_CHURN_RULES_SEED")
+        .or_else(|_| std::env::var("RULEOP_CHURN_SEED"))
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    let steps: usize = std::env::var("RULEOP_CHURN_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    println!(
+        "churn (Rules): seed {seed} ({steps} steps; replay with RULEOP_CHURN_RULES_SEED={seed})"
+    );
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, audit) = common::cluster_with_audit(NS, POLICY, dir.path(), &[]);
+    let _keep_audit = KeepOnFailure(audit.clone(), seed);
+    let kc = cluster.kubeconfig.clone();
+    let root = env!("CARGO_MANIFEST_DIR");
+    for crd in [
+        "tests/fixtures/trust/crd.yaml",
+        "deploy/crds/rules.ruleop.dev.yaml",
+    ] {
+        cluster.kubectl(&["apply", "-f", &format!("{root}/{crd}")], None);
+    }
+    for crd in ["crd/boxes.trust.ruleop.dev", "crd/rules.ruleop.dev"] {
+        cluster.kubectl(
+            &["wait", "--for=condition=Established", crd, "--timeout=60s"],
+            None,
+        );
+    }
+    cluster.kubectl(&["create", "namespace", OP_NS], None);
+    let shared: Vec<Value> = ["s1", "s2"]
+        .iter()
+        .map(|n| json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": n, "namespace": NS, "labels": {"churn-shared": "yes"}}, "data": {"x": "1"}}))
+        .collect();
+    let decoy = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "user-notes", "namespace": NS, "labels": {"ruleop.dev/rule": "churn"}}, "data": {"mine": "yes"}});
+    for o in shared.iter().chain([&decoy]) {
+        apply(&kc, o);
+    }
+
+    let mut shape = Shape {
+        config_id: "config",
+        app_waits: false,
+        svc_when_exposed: true,
+        extra: false,
+        peers_prefix: "p",
+        keep: true,
+        mirror: true,
+        deck: Vec::new(),
+    };
+    // Every spec applied, in order: the last is the newest.
+    let mut applied: Vec<String> = vec![shape.text()];
+    apply(&kc, &rule_object(RULE, &shape.text()));
+    let mut replicas: Vec<Replica> = ["a", "b"]
+        .into_iter()
+        .map(|name| Replica {
+            name,
+            op: None,
+            starts: 0,
+        })
+        .collect();
+    for r in &mut replicas {
+        r.start(&kc);
+    }
+    let mut specs: BTreeMap<String, Value> = BTreeMap::new();
+    for i in 0..4 {
+        let spec = random_spec(&mut rng);
+        apply(&kc, &a_box(&format!("r{i}"), &spec));
+        specs.insert(format!("r{i}"), spec);
+    }
+    let mut next = 4;
+    let mut shared_in_ns: Vec<Value> = shared.clone();
+    let expect_all = |rule: &CompiledRule, specs: &BTreeMap<String, Value>, shared: &[Value]| {
+        specs
+            .iter()
+            .flat_map(|(name, spec)| {
+                let cr = json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Box",
+                    "metadata": {"name": name, "namespace": NS, "uid": "u"}, "spec": spec});
+                expected(rule, &cr, shared)
+            })
+            .collect::<BTreeSet<_>>()
+    };
+    // What each resource's every possible revision renders for it: no replica may delete it.
+    let expect_every = |newest: &str, specs: &BTreeMap<String, Value>, shared: &[Value]| {
+        let mut out = BTreeSet::new();
+        for (name, revs) in on(&kc, newest) {
+            let Some(spec) = specs.get(&name) else {
+                continue;
+            };
+            let cr = json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Box",
+                "metadata": {"name": name, "namespace": NS, "uid": "u"}, "spec": spec});
+            let mut sets = revs.iter().map(|r| expected(r, &cr, shared));
+            let first = sets.next().unwrap_or_default();
+            out.extend(sets.fold(first, |a, b| a.intersection(&b).cloned().collect()));
+        }
+        out
+    };
+    let mut marks: Vec<Mark> = Vec::new();
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut keeps: BTreeSet<String> = BTreeSet::new();
+    let mut second = false;
+    let mut deep = false;
+    for step in 0..steps {
+        let newest = applied.last().unwrap().clone();
+        let before = expect_every(&newest, &specs, &shared_in_ns);
+        let started = Timestamp::now();
+        let (kind, what): (&str, String) = match rng.usize(0..24) {
+            0..=4 => {
+                let what = shape.mutate(&mut rng);
+                applied.push(shape.text());
+                apply(&kc, &rule_object(RULE, &shape.text()));
+                ("edits", format!("rule edit: {what}"))
+            }
+            5 if applied.len() > 1 => {
+                // An earlier spec again: that revision again, rolled out as any other.
+                let i = rng.usize(0..applied.len() - 1);
+                let text = applied[i].clone();
+                applied.push(text.clone());
+                apply(&kc, &rule_object(RULE, &text));
+                ("reapplies", format!("spec {i} applied again"))
+            }
+            6 => {
+                let action = if rng.bool() { "resume" } else { "abort" };
+                kubectl_at(
+                    &kc,
+                    &[
+                        "annotate",
+                        "rule",
+                        RULE,
+                        &format!("ruleop.dev/rollout={action}"),
+                        "--overwrite",
+                    ],
+                    None,
+                );
+                (
+                    if action == "resume" {
+                        "resumes"
+                    } else {
+                        "aborts"
+                    },
+                    format!("rollout {action}"),
+                )
+            }
+            7..=12 if !specs.is_empty() => {
+                let name = specs
+                    .keys()
+                    .nth(rng.usize(0..specs.len()))
+                    .cloned()
+                    .unwrap();
+                let spec = random_spec(&mut rng);
+                apply(&kc, &a_box(&name, &spec));
+                specs.insert(name.clone(), spec);
+                ("resource edits", format!("edit {name}"))
+            }
+            5..=13 => {
+                let name = format!("r{next}");
+                next += 1;
+                let spec = random_spec(&mut rng);
+                apply(&kc, &a_box(&name, &spec));
+                specs.insert(name.clone(), spec);
+                ("resources made", format!("make {name}"))
+            }
+            14 | 15 => {
+                let Some(name) = specs.keys().nth(rng.usize(0..specs.len().max(1))).cloned() else {
+                    continue;
+                };
+                kubectl_at(
+                    &kc,
+                    &["delete", "box", &name, "-n", NS, "--wait=false"],
+                    None,
+                );
+                specs.remove(&name);
+                ("resources deleted", format!("delete {name}"))
+            }
+            16 | 17 => {
+                let leader = holder(&kc).unwrap_or_default();
+                let i = usize::from(leader.starts_with('b'));
+                replicas[i].restart(&kc);
+                let kind = if leader.is_empty() {
+                    "kills"
+                } else {
+                    "failovers"
+                };
+                (kind, format!("kill the leader {leader}"))
+            }
+            18 => {
+                let i = rng.usize(0..2);
+                replicas[i].restart(&kc);
+                ("kills", format!("kill replica {}", replicas[i].name))
+            }
+            19 => {
+                let s2 = shared[1].clone();
+                if shared_in_ns.len() == 2 {
+                    kubectl_at(
+                        &kc,
+                        &["label", "configmap", "s2", "-n", NS, "churn-shared-"],
+                        None,
+                    );
+                    shared_in_ns.truncate(1);
+                    ("selector changes", "s2 leaves the existing selector".into())
+                } else {
+                    apply(&kc, &s2);
+                    shared_in_ns.push(s2);
+                    ("selector changes", "s2 comes back".into())
+                }
+            }
+            20 => {
+                cluster.ctl("stop", "kube-apiserver");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                cluster.ctl("start", "kube-apiserver");
+                cluster.wait_ready().await;
+                ("API server restarts", "restart the API server".into())
+            }
+            21 => {
+                // A second Rule on the kind the first serves: refused, it never writes.
+                if second {
+                    kubectl_at(&kc, &["delete", "rule", OTHER], None);
+                } else {
+                    let text = shape.text().replace("-config", "-second");
+                    apply(&kc, &rule_object(OTHER, &text));
+                }
+                second = !second;
+                (
+                    "conflicting Rules",
+                    format!("second Rule {}", if second { "applied" } else { "deleted" }),
+                )
+            }
+            _ if !deep => {
+                // One resource no decoder of 128 levels reads: it fails alone.
+                let body = format!(
+                    r#"{{"apiVersion": "trust.ruleop.dev/v1", "kind": "Box", "metadata": {{"name": "deep", "namespace": "{NS}"}}, "spec": {{"free": {}1{}}}}}"#,
+                    "[".repeat(200),
+                    "]".repeat(200)
+                );
+                kubectl_at(&kc, &["create", "-f", "-"], Some(&body));
+                deep = true;
+                (
+                    "hostile resources",
+                    "a resource nested 200 levels deep".into(),
+                )
+            }
+            _ => continue,
+        };
+        *counts.entry(kind).or_default() += 1;
+        let after = expect_every(applied.last().unwrap(), &specs, &shared_in_ns);
+        println!("churn (Rules): step {step}: {what}");
+        marks.push((started, before, after, what));
+        keeps.extend(
+            common::list_at(&kc, "configmaps", NS, None)
+                .iter()
+                .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
+                .filter(|n| n.ends_with("-keep")),
+        );
+        tokio::time::sleep(Duration::from_millis(rng.u64(200..2500))).await;
+    }
+    if second {
+        kubectl_at(&kc, &["delete", "rule", OTHER], None);
+    }
+    let end = Timestamp::now();
+    println!("churn (Rules): {steps} steps: {counts:?}");
+
+    // A paused rollout is resumed until it ends; then every resource converges to what
+    // the revision in force renders (the previous one's, after an abort).
+    let last = std::sync::Mutex::new(String::new());
+    let mut rule = load(applied.last().unwrap());
+    let took = std::time::Instant::now();
+    eventually(Duration::from_secs(300), "every resource converged", || {
+        let status = rule_status(&kc);
+        let ro = status["rollout"].clone();
+        if ro["phase"] == "Paused" {
+            kubectl_at(
+                &kc,
+                &[
+                    "annotate",
+                    "rule",
+                    RULE,
+                    "ruleop.dev/rollout=resume",
+                    "--overwrite",
+                ],
+                None,
+            );
+        }
+        let in_force = if ro["phase"] == "RolledBack" {
+            ro["from"]
+                .as_i64()
+                .and_then(|n| revisions(&kc).get(&n).and_then(compile))
+        } else {
+            Some(load(applied.last().unwrap()))
+        };
+        let result = match in_force {
+            Some(r) => {
+                let want = expect_all(&r, &specs, &shared_in_ns);
+                let done = ro["phase"] != "Paused" && ro["phase"] != "Progressing";
+                let c = converged(&kc, &specs, &want, &r, &shared_in_ns).and_then(|()| {
+                    if done || ro.is_null() {
+                        Ok(())
+                    } else {
+                        Err(format!("rollout {ro}"))
+                    }
+                });
+                rule = r;
+                c
+            }
+            None => Err(format!("the revision in force is not readable: {ro}")),
+        };
+        let out = result.err().map_or(Some(()), |why| {
+            let mut last = last.lock().unwrap();
+            if *last != why {
+                println!("churn (Rules): not yet: {why}");
+                *last = why;
+            }
+            None
+        });
+        async move { out }
+    })
+    .await;
+    println!(
+        "churn (Rules): converged {:.0} s after the last step",
+        took.elapsed().as_secs_f64()
+    );
+    let want = expect_all(&rule, &specs, &shared_in_ns);
+
+    let quiet_seconds: u64 = std::env::var("RULEOP_CHURN_QUIET_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let quiet = Timestamp::now();
+    tokio::time::sleep(Duration::from_secs(quiet_seconds)).await;
+    let writes = ruleops_writes(&audit);
+    let late: Vec<String> = writes
+        .iter()
+        .filter(|w| w.at > quiet && w.resource != "leases" && w.resource != "events")
+        .map(|w| format!("{} {} {}", w.verb, w.resource, w.name))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "seed {seed}: writes after convergence: {late:?}"
+    );
+    let seconds: Vec<String> = writes
+        .iter()
+        .filter(|w| w.code < 400 && w.name.ends_with("-second") && w.resource != "events")
+        .map(|w| format!("{} {} {}", w.verb, w.resource, w.name))
+        .collect();
+    assert!(
+        seconds.is_empty(),
+        "seed {seed}: the second Rule, refused, wrote: {seconds:?}"
+    );
+    let foreign: Vec<String> = writes
+        .iter()
+        .filter(|w| w.code < 400 && w.namespace == NS && w.resource == "configmaps")
+        .filter(|w| w.name == "user-notes" || w.name == "s1" || w.name == "s2")
+        .map(|w| format!("{} {}", w.verb, w.name))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "seed {seed}: others' objects written: {foreign:?}"
+    );
+    // (Rules are cluster-scoped: their status is ruleop's to write.)
+    let elsewhere: Vec<String> = writes
+        .iter()
+        .filter(|w| w.namespace != NS && w.namespace != OP_NS)
+        .filter(|w| w.resource != "events" && w.resource != "rules")
+        .map(|w| format!("{} {} {}/{}", w.verb, w.resource, w.namespace, w.name))
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "seed {seed}: writes outside: {elsewhere:?}"
+    );
+    marks.push((end, want.clone(), want.clone(), "converging".into()));
+    let wrong = wrong_deletes(&writes, &marks, 15);
+    assert!(wrong.is_empty(), "seed {seed}: {wrong:#?}");
+    let present: BTreeSet<String> = common::list_at(&kc, "configmaps", NS, None)
+        .iter()
+        .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    let lost: Vec<&String> = keeps.difference(&present).collect();
+    assert!(
+        lost.is_empty(),
+        "seed {seed}: orphaned objects gone: {lost:?}"
+    );
+    for r in &mut replicas {
+        if let Some(mut op) = r.op.take() {
+            op.kill();
+        }
+    }
+    drop(cluster);
+}
