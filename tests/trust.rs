@@ -389,7 +389,7 @@ async fn an_orphaned_child_outlives_its_when_its_rule_and_its_resource() {
     common::delete_namespace(&ns);
 }
 
-/// One resource nested past the decoder's limit (a free-form field, 200 levels deep: the
+/// One resource nested past the decoder's limit (a free-form field, 200 maps deep: the
 /// API server takes it) fails alone: the rule starts with it in the list, every other
 /// resource is reconciled, and it says why on itself.
 #[tokio::test]
@@ -404,10 +404,11 @@ async fn a_resource_that_cannot_be_decoded_fails_alone_and_the_rule_goes_on() {
             "name: deep\n{WATCH}\nchildren:\n  - id: cm\n    template: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: \"{{{{ name }}}}-cm\"}}, data: {{v: \"{{{{ spec.v | default('none') }}}}\"}}}}\n"
         ),
     );
+    // (Maps: the object's managedFields then nest as deep.)
     let deep = format!(
         r#"{{"apiVersion": "trust.ruleop.dev/v1", "kind": "Box", "metadata": {{"name": "deep", "namespace": "{ns}"}}, "spec": {{"free": {}1{}}}}}"#,
-        "[".repeat(200),
-        "]".repeat(200)
+        r#"{"a": "#.repeat(200),
+        "}".repeat(200)
     );
     kubectl_ok(&["create", "-f", "-"], Some(&deep));
     apply_box(&ns, "ok", json!({"v": "1"}));

@@ -345,7 +345,7 @@ async fn run(
     let loaded = loaded::revisions(&rule, history.as_ref(), progress.as_ref());
     // A rollout whose previous revision no longer loads pauses: the resources not reached
     // wait (they never take the newest in its place).
-    let (progress, held) = rollout::hold_missing_from(progress, &loaded, now());
+    let (progress, held) = rollout::hold_missing_from(progress, &loaded, history.as_ref(), now());
     // The distinct child kinds and existing kinds of them all, each resolved by discovery.
     let (wanted_children, wanted_existing) = wanted(&loaded);
     let wanted = wanted_children

@@ -53,19 +53,24 @@ impl Choose for RolloutChoose {
     }
 }
 
-/// The rollout, paused when its previous revision (`from`) is not among the `loaded` ones
-/// (it no longer compiles: a kind's schema changed), and that revision: the resources that
+/// The rollout, paused when its previous revision (`from`) is kept but not among the
+/// `loaded` ones (it no longer compiles: a kind's schema changed), and that revision: the resources that
 /// would take it wait rather than take the newest in its place.
 pub(super) fn hold_missing_from(
     progress: Option<Progress>,
     loaded: &[super::loaded::Loaded],
+    history: Option<&crate::operator::revisions::History>,
     now: Timestamp,
 ) -> (Option<Progress>, Option<i64>) {
     let Some(mut p) = progress else {
         return (None, None);
     };
+    // (A previous revision no longer kept was applied again: renumbered as the newest, it
+    // is the newest's spec.)
+    let kept = history.is_some_and(|h| h.kept.contains_key(&p.from));
     let missing = p.phase != Phase::Complete
         && p.from != p.revision
+        && kept
         && !loaded.iter().any(|l| l.number == Some(p.from));
     if !missing {
         return (Some(p), None);
