@@ -326,6 +326,9 @@ async fn a_deleted_rule_releases_its_finalizers_and_lets_its_orphans_go() {
             &selector,
             "--lease-namespace",
             &ns,
+            // A removed rule is released once it has stayed away this long.
+            "--rules-settle-seconds",
+            "3",
         ],
     );
     let cm = |id: &str, extra: &str| {

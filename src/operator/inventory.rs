@@ -442,11 +442,8 @@ pub async fn retire(r: Retirement) {
             }
             Err(e) => {
                 let delay = retry_delay(attempt);
-                if r.unwatched.get().is_none() {
-                    // The inventory cannot be read: no kind it recorded is known, and the
-                    // resources' deletions go on with the kinds the rule makes.
-                    unwatched(&[]);
-                }
+                // (While the inventory cannot be read, the kinds it records are not known:
+                // deletions of resources held for their orphans wait.)
                 tracing::warn!(error = %e, retry_in_s = delay.as_secs(), "cleanup of retired kinds pending; retrying");
                 tokio::time::sleep(delay).await;
                 attempt += 1;

@@ -105,8 +105,9 @@ impl RuleObjects {
     }
 
     /// Waits (at most `within`) until the watch's cache holds the Rules at least as the API
-    /// server gives them now: every Rule listed is in it at its listed generation or later
-    /// (a Rule deleted since and still cached only keeps its rule running a little longer).
+    /// server gives them now: every Rule listed is in it at its listed version or later, its
+    /// status included (where a rollout stands, which Rule serves a kind); a Rule deleted
+    /// since and still cached only keeps its rule running a little longer.
     /// A new leader acts only on Rules it has seen after taking
     /// the Lease (a standby whose watch lags would run an older generation, and take what
     /// the newer one added for an edit to undo). False when it could not tell (the list
@@ -128,8 +129,7 @@ impl RuleObjects {
             let cached = self.store.state();
             let behind = listed.iter().any(|l| {
                 !cached.iter().any(|c| {
-                    c.metadata.uid == l.metadata.uid
-                        && c.metadata.generation >= l.metadata.generation
+                    c.metadata.uid == l.metadata.uid && not_older(&c.metadata, &l.metadata)
                 })
             });
             if !behind {
@@ -152,5 +152,49 @@ impl RuleObjects {
             .iter()
             .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
             .collect()
+    }
+}
+
+/// Whether the cached Rule is the listed one or a later version of it: the same
+/// resourceVersion, or a larger one (the API server's are etcd revisions; compared as
+/// numbers only when both read as numbers, else by generation).
+fn not_older(
+    cached: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    listed: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
+    let number = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        m.resource_version.as_deref()?.parse::<u64>().ok()
+    };
+    if cached.resource_version == listed.resource_version {
+        return true;
+    }
+    match (number(cached), number(listed)) {
+        (Some(c), Some(l)) => c >= l,
+        _ => cached.generation >= listed.generation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn meta(rv: &str, generation: i64) -> ObjectMeta {
+        ObjectMeta {
+            resource_version: Some(rv.into()),
+            generation: Some(generation),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn a_cached_rule_is_caught_up_at_the_listed_version_or_a_later_one() {
+        assert!(not_older(&meta("12", 3), &meta("12", 3)));
+        assert!(not_older(&meta("15", 3), &meta("12", 3)));
+        // Its status moved on (same generation): a cache at 10 has not seen it.
+        assert!(!not_older(&meta("10", 3), &meta("12", 3)));
+        // Versions that are not numbers: by generation.
+        assert!(not_older(&meta("b", 4), &meta("a", 3)));
+        assert!(!not_older(&meta("b", 2), &meta("a", 3)));
     }
 }

@@ -55,6 +55,8 @@ pub enum ReleaseError {
 pub struct Release {
     pub client: Client,
     pub rule: Arc<CompiledRule>,
+    /// The kinds the inventory records for the rule (those of earlier versions too).
+    pub recorded: BTreeSet<crate::operator::inventory::Made>,
     pub namespace: Option<String>,
     pub fence: Arc<Fence>,
     pub reporter: Reporter,
@@ -171,6 +173,11 @@ async fn let_orphans_go(r: &Release, uids: &BTreeSet<String>) -> Result<(), Rele
         .children
         .iter()
         .map(|c| (c.api_version.as_str(), c.kind.as_str()))
+        .chain(
+            r.recorded
+                .iter()
+                .map(|m| (m.api_version.as_str(), m.kind.as_str())),
+        )
         .collect();
     let selector = format!("{RULE_LABEL}={}", r.rule.name);
     for (api_version, kind) in kinds {

@@ -23,6 +23,8 @@ pub struct Supervisor {
     /// Every rule name a source holds (in force or refused): a running rule whose name is
     /// not here was removed for good.
     pub present: std::collections::BTreeSet<String>,
+    /// The rules removed, not released yet: since when, and the rule.
+    leaving: BTreeMap<String, (std::time::Instant, Arc<CompiledRule>)>,
     /// The releases of removed rules' resources under way, by rule.
     releasing: BTreeMap<String, tokio::task::JoinHandle<()>>,
     /// The kinds served, for the webhook (it refuses a Rule on a kind another rule serves).
@@ -40,6 +42,7 @@ impl Supervisor {
             loaded: BTreeMap::new(),
             served: super::webhook::review::Served::new(),
             releasing: BTreeMap::new(),
+            leaving: BTreeMap::new(),
             present: Default::default(),
         }
     }
@@ -68,11 +71,13 @@ impl Supervisor {
                     // Refused (a conflict), not removed: its resources stay held.
                     tracing::info!(rule = %name, "rule refused: stopping its controller; its children stay");
                 } else {
-                    tracing::info!(rule = %name, "rule removed: stopping its controller; its children stay, its resources' finalizers are released");
-                    self.release(rule).await;
+                    tracing::info!(rule = %name, wait_s = self.opts.settle.as_secs(), "rule removed: stopping its controller; its children stay, and its resources' finalizers are released once it has stayed away for the wait");
+                    self.leaving
+                        .insert(name.clone(), (std::time::Instant::now(), rule));
                 }
             }
         }
+        self.release_the_gone().await;
         for rule in self.desired.clone() {
             let retired = match self.running.get(&rule.name) {
                 // The same rule from the same kind of source: nothing to do. (A file's
@@ -100,11 +105,40 @@ impl Supervisor {
             if let Some(h) = self.releasing.remove(&rule.name) {
                 h.abort();
             }
+            self.leaving.remove(&rule.name);
             let loaded = self.loaded.get(&rule.name).cloned().unwrap_or_default();
             let task = RuleTask::spawn(rule.clone(), self.opts.clone(), retired, loaded);
             self.running.insert(rule.name.clone(), task);
         }
         self.publish();
+    }
+
+    /// Releases the rules that have stayed away for `--rules-settle-seconds` (a file being
+    /// rewritten, a Rule replaced, comes back before), unless a rule in force now serves
+    /// their kind (its finalizers are its own); forgets those back meanwhile.
+    async fn release_the_gone(&mut self) {
+        let present = &self.present;
+        self.leaving.retain(|name, _| !present.contains(name));
+        let settle = self.opts.settle;
+        let due: Vec<String> = self
+            .leaving
+            .iter()
+            .filter(|(_, (since, _))| since.elapsed() >= settle)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in due {
+            let Some((_, rule)) = self.leaving.remove(&name) else {
+                continue;
+            };
+            let taken = self.desired.iter().any(|d| {
+                d.watch.group == rule.watch.group && d.watch.resource == rule.watch.resource
+            });
+            if taken {
+                tracing::info!(rule = %name, "a removed rule's kind is served by another rule now: its resources stay held, by that rule");
+                continue;
+            }
+            self.release(rule).await;
+        }
     }
 
     /// Releases the resources of `rule`, removed (see [`super::release`]), as the rule's
@@ -121,8 +155,24 @@ impl Supervisor {
             None => self.opts.process.client.clone(),
         };
         let name = rule.name.clone();
+        // The kinds an earlier version made, as the inventory records them: their objects
+        // that ask to be orphaned are let go too.
+        let inventory = inventory::Inventory {
+            client: self.opts.process.client.clone(),
+            namespace: self.opts.state_namespace.clone(),
+            fence: self.opts.process.fence.clone(),
+        };
+        let key = inventory::key(&name, self.opts.scope.namespace.as_deref());
+        let recorded = match inventory.recorded(&key).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(rule = %name, error = %e, "the inventory cannot be read: only the kinds the removed rule makes now are looked at for children to let go");
+                Default::default()
+            }
+        };
         let task = super::release::run(super::release::Release {
             client,
+            recorded,
             rule,
             namespace: self.opts.scope.namespace.clone(),
             fence: self.opts.process.fence.clone(),
