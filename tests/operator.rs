@@ -451,9 +451,12 @@ async fn a_restart_sends_nothing_for_the_resources_already_in_place() {
         })
         .collect();
     kubectl_ok(&["apply", "-f", "-"], Some(&sites));
+    // Settled: each status says what the children say now (Ready waits for each
+    // Deployment's controller to report on it).
     for i in 0..N {
         wait_json("website", &ns, &format!("r{i}"), "status", |w| {
             w["status"]["observedGeneration"] == w["metadata"]["generation"]
+                && condition(w, "Ready").is_some_and(|c| c["status"] == "True")
         })
         .await;
     }
