@@ -22,14 +22,14 @@ mod common;
 mod shape;
 
 use audit::{
-    KeepOnFailure, Mark, NS, OP_NS, POLICY, a_box, apply, converged, holder, ruleops_writes,
-    wrong_deletes,
+    KeepOnFailure, Mark, NS, OP_NS, POLICY, a_box, apply, check_orphans_kept, check_writes,
+    converged, expected_all, first_boxes, holder, others_objects, ruleops_writes, wrong_deletes,
 };
 use common::{Operator, eventually, kubectl_at};
 use k8s_openapi::jiff::Timestamp;
 use ruleop::rules::CompiledRule;
-use serde_json::{Value, json};
-use shape::{Shape, expected, load, random_spec};
+use serde_json::Value;
+use shape::{Shape, load, random_spec};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -130,28 +130,8 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
         None,
     );
     cluster.kubectl(&["create", "namespace", OP_NS], None);
-    // Objects that are not ruleop's: read by its selector, or carrying its label.
-    let shared: Vec<Value> = ["s1", "s2"]
-        .iter()
-        .map(|n| json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": n, "namespace": NS, "labels": {"churn-shared": "yes"}}, "data": {"x": "1"}}))
-        .collect();
-    let decoy = json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "user-notes", "namespace": NS, "labels": {"ruleop.dev/rule": "churn"}}, "data": {"mine": "yes"}});
-    for o in shared.iter().chain([&decoy]) {
-        apply(&kc, o);
-    }
-
-    let mut shape = Shape {
-        config_id: "config",
-        app_waits: false,
-        svc_when_exposed: true,
-        extra: false,
-        peers_prefix: "p",
-        keep: true,
-        mirror: true,
-        deck: Vec::new(),
-    };
+    let shared = others_objects(&kc);
+    let mut shape = Shape::first();
     let mut replicas: Vec<Replica> = ["a", "b"]
         .into_iter()
         .map(|name| Replica {
@@ -167,25 +147,11 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
         std::fs::write(&r.file, shape.text()).unwrap();
         r.start(&kc);
     }
-    let mut specs: BTreeMap<String, Value> = BTreeMap::new();
-    for i in 0..4 {
-        let spec = random_spec(&mut rng);
-        apply(&kc, &a_box(&format!("r{i}"), &spec));
-        specs.insert(format!("r{i}"), spec);
-    }
+    let mut specs = first_boxes(&kc, &mut rng);
     let mut next = 4;
     // The objects the `existing` selector finds now (one is relabelled back and forth).
     let mut shared_in_ns: Vec<Value> = shared.clone();
-    let expect_all = |rule: &CompiledRule, specs: &BTreeMap<String, Value>, shared: &[Value]| {
-        specs
-            .iter()
-            .flat_map(|(name, spec)| {
-                let cr = json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Box",
-                    "metadata": {"name": name, "namespace": NS, "uid": "u"}, "spec": spec});
-                expected(rule, &cr, shared)
-            })
-            .collect::<BTreeSet<_>>()
-    };
+    let expect_all = expected_all;
     // What every version in a replica's files renders: no replica may delete it.
     let expect_every = |replicas: &[Replica], specs: &BTreeMap<String, Value>, shared: &[Value]| {
         let a = expect_all(&replicas[0].current, specs, shared);
@@ -368,55 +334,14 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
     let quiet = Timestamp::now();
     tokio::time::sleep(Duration::from_secs(quiet_seconds)).await;
     let writes = ruleops_writes(&audit);
-    let late: Vec<String> = writes
-        .iter()
-        .filter(|w| w.at > quiet && w.resource != "leases" && w.resource != "events")
-        .map(|w| format!("{} {} {}", w.verb, w.resource, w.name))
-        .collect();
-    assert!(
-        late.is_empty(),
-        "seed {seed}: writes after convergence: {late:?}"
-    );
-
-    // Nothing ruleop does not own was written.
-    let foreign: Vec<String> = writes
-        .iter()
-        .filter(|w| w.code < 400)
-        .filter(|w| {
-            w.namespace == NS
-                && w.resource == "configmaps"
-                && (w.name == "user-notes" || w.name == "s1" || w.name == "s2")
-        })
-        .map(|w| format!("{} {}", w.verb, w.name))
-        .collect();
-    assert!(
-        foreign.is_empty(),
-        "seed {seed}: others' objects written: {foreign:?}"
-    );
-    let elsewhere: Vec<String> = writes
-        .iter()
-        .filter(|w| w.namespace != NS && w.namespace != OP_NS && w.resource != "events")
-        .map(|w| format!("{} {} {}/{}", w.verb, w.resource, w.namespace, w.name))
-        .collect();
-    assert!(
-        elsewhere.is_empty(),
-        "seed {seed}: writes outside: {elsewhere:?}"
-    );
+    check_writes(&writes, quiet, seed, &[]);
 
     // No delete of what every version in the replicas' files rendered all along (see
     // `wrong_deletes`); never one of an orphaned child's object.
     marks.push((end, want.clone(), want.clone(), "converging".into()));
     let wrong = wrong_deletes(&writes, &marks, 5);
     assert!(wrong.is_empty(), "seed {seed}: {wrong:#?}");
-    let present: BTreeSet<String> = common::list_at(&kc, "configmaps", NS, None)
-        .iter()
-        .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
-        .collect();
-    let lost: Vec<&String> = keeps.difference(&present).collect();
-    assert!(
-        lost.is_empty(),
-        "seed {seed}: orphaned objects gone: {lost:?}"
-    );
+    check_orphans_kept(&kc, &keeps, seed);
     for r in &mut replicas {
         r.kill();
     }

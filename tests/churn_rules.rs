@@ -25,8 +25,8 @@ mod common;
 mod shape;
 
 use audit::{
-    KeepOnFailure, Mark, NS, OP_NS, POLICY, a_box, apply, converged, holder, ruleops_writes,
-    wrong_deletes,
+    KeepOnFailure, Mark, NS, OP_NS, POLICY, a_box, apply, check_orphans_kept, check_writes,
+    converged, expected_all, first_boxes, holder, others_objects, ruleops_writes, wrong_deletes,
 };
 use common::{Operator, eventually, kubectl_at};
 use k8s_openapi::jiff::Timestamp;
@@ -243,27 +243,8 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
         );
     }
     cluster.kubectl(&["create", "namespace", OP_NS], None);
-    let shared: Vec<Value> = ["s1", "s2"]
-        .iter()
-        .map(|n| json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": n, "namespace": NS, "labels": {"churn-shared": "yes"}}, "data": {"x": "1"}}))
-        .collect();
-    let decoy = json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "user-notes", "namespace": NS, "labels": {"ruleop.dev/rule": "churn"}}, "data": {"mine": "yes"}});
-    for o in shared.iter().chain([&decoy]) {
-        apply(&kc, o);
-    }
-
-    let mut shape = Shape {
-        config_id: "config",
-        app_waits: false,
-        svc_when_exposed: true,
-        extra: false,
-        peers_prefix: "p",
-        keep: true,
-        mirror: true,
-        deck: Vec::new(),
-    };
+    let shared = others_objects(&kc);
+    let mut shape = Shape::first();
     // Every spec applied, in order: the last is the newest.
     let mut applied: Vec<String> = vec![shape.text()];
     apply(&kc, &rule_object(RULE, &shape.text()));
@@ -278,24 +259,10 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
     for r in &mut replicas {
         r.start(&kc);
     }
-    let mut specs: BTreeMap<String, Value> = BTreeMap::new();
-    for i in 0..4 {
-        let spec = random_spec(&mut rng);
-        apply(&kc, &a_box(&format!("r{i}"), &spec));
-        specs.insert(format!("r{i}"), spec);
-    }
+    let mut specs = first_boxes(&kc, &mut rng);
     let mut next = 4;
     let mut shared_in_ns: Vec<Value> = shared.clone();
-    let expect_all = |rule: &CompiledRule, specs: &BTreeMap<String, Value>, shared: &[Value]| {
-        specs
-            .iter()
-            .flat_map(|(name, spec)| {
-                let cr = json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Box",
-                    "metadata": {"name": name, "namespace": NS, "uid": "u"}, "spec": spec});
-                expected(rule, &cr, shared)
-            })
-            .collect::<BTreeSet<_>>()
-    };
+    let expect_all = expected_all;
     // What each resource's every possible revision renders for it: no replica may delete it.
     let expect_every = |newest: &str, specs: &BTreeMap<String, Value>, shared: &[Value]| {
         let mut out = BTreeSet::new();
@@ -543,15 +510,7 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
     let quiet = Timestamp::now();
     tokio::time::sleep(Duration::from_secs(quiet_seconds)).await;
     let writes = ruleops_writes(&audit);
-    let late: Vec<String> = writes
-        .iter()
-        .filter(|w| w.at > quiet && w.resource != "leases" && w.resource != "events")
-        .map(|w| format!("{} {} {}", w.verb, w.resource, w.name))
-        .collect();
-    assert!(
-        late.is_empty(),
-        "seed {seed}: writes after convergence: {late:?}"
-    );
+    check_writes(&writes, quiet, seed, &["rules"]);
     let seconds: Vec<String> = writes
         .iter()
         // (Its own status, saying it is refused, is ruleop's to write.)
@@ -563,39 +522,10 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
         seconds.is_empty(),
         "seed {seed}: the second Rule, refused, wrote: {seconds:?}"
     );
-    let foreign: Vec<String> = writes
-        .iter()
-        .filter(|w| w.code < 400 && w.namespace == NS && w.resource == "configmaps")
-        .filter(|w| w.name == "user-notes" || w.name == "s1" || w.name == "s2")
-        .map(|w| format!("{} {}", w.verb, w.name))
-        .collect();
-    assert!(
-        foreign.is_empty(),
-        "seed {seed}: others' objects written: {foreign:?}"
-    );
-    // (Rules are cluster-scoped: their status is ruleop's to write.)
-    let elsewhere: Vec<String> = writes
-        .iter()
-        .filter(|w| w.namespace != NS && w.namespace != OP_NS)
-        .filter(|w| w.resource != "events" && w.resource != "rules")
-        .map(|w| format!("{} {} {}/{}", w.verb, w.resource, w.namespace, w.name))
-        .collect();
-    assert!(
-        elsewhere.is_empty(),
-        "seed {seed}: writes outside: {elsewhere:?}"
-    );
     marks.push((end, want.clone(), want.clone(), "converging".into()));
     let wrong = wrong_deletes(&writes, &marks, 15);
     assert!(wrong.is_empty(), "seed {seed}: {wrong:#?}");
-    let present: BTreeSet<String> = common::list_at(&kc, "configmaps", NS, None)
-        .iter()
-        .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
-        .collect();
-    let lost: Vec<&String> = keeps.difference(&present).collect();
-    assert!(
-        lost.is_empty(),
-        "seed {seed}: orphaned objects gone: {lost:?}"
-    );
+    check_orphans_kept(&kc, &keeps, seed);
     for r in &mut replicas {
         if let Some(mut op) = r.op.take() {
             op.kill();

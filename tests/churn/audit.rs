@@ -120,6 +120,97 @@ pub fn kind_of(resource: &str) -> &str {
     }
 }
 
+/// Objects that are not ruleop's, made before it starts: two read by its `existing`
+/// selector (`s1`, `s2`: given back), and one carrying its label (`user-notes`).
+pub fn others_objects(kc: &str) -> Vec<Value> {
+    let shared: Vec<Value> = ["s1", "s2"]
+        .iter()
+        .map(|n| json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": n, "namespace": NS, "labels": {"churn-shared": "yes"}}, "data": {"x": "1"}}))
+        .collect();
+    let decoy = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "user-notes", "namespace": NS, "labels": {"ruleop.dev/rule": "churn"}}, "data": {"mine": "yes"}});
+    for o in shared.iter().chain([&decoy]) {
+        apply(kc, o);
+    }
+    shared
+}
+
+/// Four boxes of random specs, `r0` to `r3`: their specs by name.
+pub fn first_boxes(kc: &str, rng: &mut fastrand::Rng) -> BTreeMap<String, Value> {
+    (0..4)
+        .map(|i| {
+            let spec = crate::shape::random_spec(rng);
+            apply(kc, &a_box(&format!("r{i}"), &spec));
+            (format!("r{i}"), spec)
+        })
+        .collect()
+}
+
+/// Every child `rule` renders for the boxes of `specs`, by (kind, name).
+pub fn expected_all(
+    rule: &CompiledRule,
+    specs: &BTreeMap<String, Value>,
+    shared: &[Value],
+) -> BTreeSet<(String, String)> {
+    specs
+        .iter()
+        .flat_map(|(name, spec)| {
+            let cr = json!({"apiVersion": "trust.ruleop.dev/v1", "kind": "Box",
+                "metadata": {"name": name, "namespace": NS, "uid": "u"}, "spec": spec});
+            crate::shape::expected(rule, &cr, shared)
+        })
+        .collect()
+}
+
+/// Checks ruleop's writes: none after `quiet` (but the Lease's and Events), none of the
+/// objects that are not its own, none outside the test's namespaces (but Events and the
+/// cluster-scoped `also` resources, e.g. the Rules whose status it writes).
+pub fn check_writes(writes: &[Write], quiet: Timestamp, seed: u64, also: &[&str]) {
+    let late: Vec<String> = writes
+        .iter()
+        .filter(|w| w.at > quiet && w.resource != "leases" && w.resource != "events")
+        .map(|w| format!("{} {} {}", w.verb, w.resource, w.name))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "seed {seed}: writes after convergence: {late:?}"
+    );
+    let foreign: Vec<String> = writes
+        .iter()
+        .filter(|w| w.code < 400 && w.namespace == NS && w.resource == "configmaps")
+        .filter(|w| w.name == "user-notes" || w.name == "s1" || w.name == "s2")
+        .map(|w| format!("{} {}", w.verb, w.name))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "seed {seed}: others' objects written: {foreign:?}"
+    );
+    let elsewhere: Vec<String> = writes
+        .iter()
+        .filter(|w| w.namespace != NS && w.namespace != OP_NS)
+        .filter(|w| w.resource != "events" && !also.contains(&w.resource.as_str()))
+        .map(|w| format!("{} {} {}/{}", w.verb, w.resource, w.namespace, w.name))
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "seed {seed}: writes outside: {elsewhere:?}"
+    );
+}
+
+/// Checks that every orphaned child's object ever seen (`keeps`) is still there.
+pub fn check_orphans_kept(kc: &str, keeps: &BTreeSet<String>, seed: u64) {
+    let present: BTreeSet<String> = common::list_at(kc, "configmaps", NS, None)
+        .iter()
+        .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    let lost: Vec<&String> = keeps.difference(&present).collect();
+    assert!(
+        lost.is_empty(),
+        "seed {seed}: orphaned objects gone: {lost:?}"
+    );
+}
+
 /// The deletes ruleop made of what every version in force rendered all along: from
 /// `window_secs` before the delete (a prune decided on an older spec may land a little later) to
 /// the end of the step after it; after the last step, of what the final render gives (the

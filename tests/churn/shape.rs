@@ -30,6 +30,20 @@ pub struct Shape {
 }
 
 impl Shape {
+    /// The rule both churn tests start from.
+    pub fn first() -> Shape {
+        Shape {
+            config_id: "config",
+            app_waits: false,
+            svc_when_exposed: true,
+            extra: false,
+            peers_prefix: "p",
+            keep: true,
+            mirror: true,
+            deck: Vec::new(),
+        }
+    }
+
     pub fn text(&self) -> String {
         let c = self.config_id;
         let mut s = format!(
