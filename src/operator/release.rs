@@ -145,7 +145,7 @@ async fn once(r: &Release) -> Result<usize, ReleaseError> {
             .collect();
         let patch =
             json!({"metadata": {"finalizers": rest, "resourceVersion": o.resource_version()}});
-        let ns_api: Api<DynamicObject> = api(r, ar, o.namespace().as_deref());
+        let ns_api: Api<Tolerant> = api(r, ar, o.namespace().as_deref());
         if let Err(source) = ns_api
             .patch(
                 &o.name_any(),

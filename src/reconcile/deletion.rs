@@ -153,7 +153,8 @@ async fn set_finalizers(
         return Err(ReconcileError::NotLeader);
     }
     let ns = cr.namespace().unwrap_or_default();
-    let api: Api<DynamicObject> =
+    // (The answer holds the whole resource: read as tolerantly as its watch reads it.)
+    let api: Api<crate::cache::tolerant::Tolerant> =
         Api::namespaced_with(ctx.process.client.clone(), &ns, &*ctx.kinds.parent.resource);
     let body =
         json!({"metadata": {"finalizers": finalizers, "resourceVersion": cr.resource_version()}});
