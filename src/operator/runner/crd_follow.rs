@@ -42,11 +42,27 @@ pub(super) async fn follow(
             }
         };
         let generation = crd.metadata.generation;
-        if seen.is_some() && generation != seen && schema.forget() {
-            tracing::info!(crd = %name, "the kind's CRD changed: the status fields it refused are tried again");
-            let _ = again.try_send(());
+        if seen.is_some() && generation != seen {
+            try_again(&name, &schema, &again).await;
         }
         seen = generation;
+    }
+}
+
+/// After a CRD change, how long until each try of the refused fields: the API server takes
+/// the new schema for its objects a moment after the CRD says so, and a try too early is
+/// refused again.
+const TRIES: [u64; 4] = [0, 3, 10, 30];
+
+/// Tries the refused status fields again, a few times over half a minute, each time only
+/// if they were refused again since (nothing is written once they are accepted).
+async fn try_again(name: &str, schema: &StatusSchema, again: &mpsc::Sender<()>) {
+    for wait in TRIES {
+        tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+        if schema.forget() {
+            tracing::info!(crd = %name, "the kind's CRD changed: the status fields it refused are tried again");
+            let _ = again.send(()).await;
+        }
     }
 }
 
