@@ -7,12 +7,10 @@
 //! and tried again with backoff while this process leads. Children otherwise stay (a
 //! removed rule deletes nothing).
 
-use crate::apply::{ApplyError, orphan, orphans};
 use crate::cache::discovery;
 use crate::cache::tolerant::Tolerant;
 use crate::client::Fence;
-use crate::reconcile::deletion::{FINALIZER, ORPHAN_FINALIZER};
-use crate::render::{RULE_LABEL, group_of};
+use crate::reconcile::deletion::{FINALIZER, LetGoError, ORPHAN_FINALIZER, let_go_orphans};
 use crate::rules::CompiledRule;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
@@ -34,13 +32,8 @@ pub enum ReleaseError {
         #[source]
         source: kube::Error,
     },
-    #[error("letting {kind} {name} go: {source}")]
-    Orphan {
-        kind: String,
-        name: String,
-        #[source]
-        source: ApplyError,
-    },
+    #[error("letting its children that ask to be orphaned go: {0}")]
+    LetGo(#[from] LetGoError),
     #[error("taking ruleop's finalizers off {name}: {source}")]
     Finalizers {
         name: String,
@@ -165,60 +158,22 @@ async fn once(r: &Release) -> Result<usize, ReleaseError> {
     Ok(held.len())
 }
 
-/// Lets go every object of the rule's child kinds that asks to be orphaned and whose
-/// controller is one of `uids`.
-async fn let_orphans_go(r: &Release, uids: &BTreeSet<String>) -> Result<(), ReleaseError> {
-    let kinds: BTreeSet<(&str, &str)> = r
+/// Lets go every object of the rule's child kinds (and of those its inventory records)
+/// that asks to be orphaned and whose controller is one of `uids`.
+async fn let_orphans_go(r: &Release, uids: &BTreeSet<String>) -> Result<usize, ReleaseError> {
+    let kinds: BTreeSet<(String, String)> = r
         .rule
         .children
         .iter()
-        .map(|c| (c.api_version.as_str(), c.kind.as_str()))
+        .map(|c| (c.api_version.clone(), c.kind.clone()))
         .chain(
             r.recorded
                 .iter()
-                .map(|m| (m.api_version.as_str(), m.kind.as_str())),
+                .map(|m| (m.api_version.clone(), m.kind.clone())),
         )
         .collect();
-    let selector = format!("{RULE_LABEL}={}", r.rule.name);
-    for (api_version, kind) in kinds {
-        let version = api_version.rsplit('/').next().unwrap_or(api_version);
-        let what = format!("{api_version} {kind}");
-        let child = match discovery::child(&r.client, group_of(api_version), version, kind).await {
-            Ok(Some(c)) => c,
-            Ok(None) => continue,
-            Err(e) => {
-                return Err(ReleaseError::Discovery {
-                    what,
-                    message: e.to_string(),
-                });
-            }
-        };
-        let car = &*child.resource;
-        let all: Api<DynamicObject> = api(r, car, r.namespace.as_deref());
-        let list = all
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|source| ReleaseError::List { what, source })?;
-        for o in list.items.iter().filter(|o| orphans(o)) {
-            let Some(owner) = crate::cache::owners::controller_uid(o).filter(|u| uids.contains(*u))
-            else {
-                continue;
-            };
-            if !r.fence.holds() {
-                return Err(ReleaseError::NotLeader);
-            }
-            let ns_api: Api<DynamicObject> = api(r, car, o.namespace().as_deref());
-            orphan(&ns_api, car, o, owner)
-                .await
-                .map_err(|source| ReleaseError::Orphan {
-                    kind: kind.to_string(),
-                    name: o.name_any(),
-                    source,
-                })?;
-            tracing::info!(rule = %r.rule.name, kind, name = %o.name_any(), "rule removed: a child that asks to be orphaned let go");
-        }
-    }
-    Ok(())
+    let ns = r.namespace.as_deref();
+    Ok(let_go_orphans(&r.client, &r.fence, &r.rule.name, kinds, ns, uids).await?)
 }
 
 /// A Warning Event on the resource: why its finalizers stay.

@@ -72,52 +72,93 @@ fn retiring(ctx: &Ctx) -> bool {
     ctx.kinds.unwatched.get().is_none()
 }
 
-/// Lets go the objects of `cr` that ask to be orphaned among the kinds no revision in
-/// force makes (no watch sees them: asked of the API server, by the rule's label).
-async fn let_go_unwatched(ctx: &Ctx, cr: &DynamicObject) -> Result<(), ReconcileError> {
-    let (ns, uid) = (
-        cr.namespace().unwrap_or_default(),
-        cr.uid().unwrap_or_default(),
-    );
-    let selector = format!("{}={}", crate::render::RULE_LABEL, ctx.rule.name);
-    let client = &ctx.process.client;
-    for (api_version, kind) in ctx.kinds.unwatched.get().unwrap_or_default() {
+/// Why an object that asks to be orphaned could not be let go.
+#[derive(Debug, thiserror::Error)]
+pub enum LetGoError {
+    #[error("reading the {kind} objects of the rule: {message}")]
+    Read { kind: String, message: String },
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    #[error("not the leader: nothing written")]
+    NotLeader,
+}
+
+/// Lets go every object of `kinds` ((apiVersion, kind)) labelled for rule `rule`, in
+/// `namespace` (or all), that asks to be orphaned and whose controller is one of `owners`.
+/// The API server is asked: no watch need see these kinds. How many were let go.
+pub async fn let_go_orphans(
+    client: &kube::Client,
+    fence: &crate::client::Fence,
+    rule: &str,
+    kinds: impl IntoIterator<Item = (String, String)>,
+    namespace: Option<&str>,
+    owners: &BTreeSet<String>,
+) -> Result<usize, LetGoError> {
+    let selector = format!("{}={rule}", crate::render::RULE_LABEL);
+    let mut n = 0;
+    for (api_version, kind) in kinds {
         let version = api_version.rsplit('/').next().unwrap_or(&api_version);
         let group = crate::render::group_of(&api_version);
+        let read = |message: String| LetGoError::Read {
+            kind: kind.clone(),
+            message,
+        };
         let resolved = match crate::cache::discovery::child(client, group, version, &kind).await {
             Ok(Some(r)) => r,
             // Not served: nothing of it can be left.
             Ok(None) => continue,
-            Err(e) => {
-                return Err(ReconcileError::Unwatched {
-                    kind,
-                    message: e.to_string(),
-                });
-            }
+            Err(e) => return Err(read(e.to_string())),
         };
         let ar = &*resolved.resource;
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, ar);
-        let list = api
+        let all: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+            None => Api::all_with(client.clone(), ar),
+        };
+        let list = all
             .list(&kube::api::ListParams::default().labels(&selector))
             .await
-            .map_err(|e| ReconcileError::Unwatched {
-                kind: kind.clone(),
-                message: e.to_string(),
-            })?;
+            .map_err(|e| read(e.to_string()))?;
         for o in list.items.iter().filter(|o| apply::orphans(o)) {
-            if crate::cache::owners::controller_uid(o) != Some(uid.as_str()) {
+            let Some(owner) =
+                crate::cache::owners::controller_uid(o).filter(|u| owners.contains(*u))
+            else {
                 continue;
+            };
+            if !fence.holds() {
+                return Err(LetGoError::NotLeader);
             }
-            if !ctx.process.fence.holds() {
-                return Err(ReconcileError::NotLeader);
-            }
-            apply::orphan(&api, ar, o, &uid)
-                .await
-                .map_err(ReconcileError::Apply)?;
-            tracing::info!(rule = %ctx.rule.name, kind = %kind, name = %o.name_any(), namespace = %ns, "a child of a kind the rule no longer makes, asking to be orphaned, let go: its resource is being deleted");
+            let ns = o.namespace().unwrap_or_default();
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, ar);
+            apply::orphan(&api, ar, o, owner).await?;
+            tracing::info!(rule, kind = %kind, name = %o.name_any(), namespace = %ns, "a child that asks to be orphaned let go (of a kind no watch of the rule sees)");
+            n += 1;
         }
     }
-    Ok(())
+    Ok(n)
+}
+
+/// Lets go the objects of `cr` that ask to be orphaned among the kinds no revision in
+/// force makes (no watch sees them).
+async fn let_go_unwatched(ctx: &Ctx, cr: &DynamicObject) -> Result<(), ReconcileError> {
+    let ns = cr.namespace().unwrap_or_default();
+    let owners: BTreeSet<String> = cr.uid().into_iter().collect();
+    let kinds = ctx.kinds.unwatched.get().unwrap_or_default();
+    let p = &ctx.process;
+    match let_go_orphans(
+        &p.client,
+        &p.fence,
+        &ctx.rule.name,
+        kinds,
+        Some(&ns),
+        &owners,
+    )
+    .await
+    {
+        Ok(_) => Ok(()),
+        Err(LetGoError::Read { kind, message }) => Err(ReconcileError::Unwatched { kind, message }),
+        Err(LetGoError::Apply(e)) => Err(ReconcileError::Apply(e)),
+        Err(LetGoError::NotLeader) => Err(ReconcileError::NotLeader),
+    }
 }
 
 /// Whether an object of the resource still asks to be orphaned.
