@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Operator, eventually, get_json, install_crds, kubectl, kubectl_ok};
+use common::{Operator, eventually, get_json, install_crds, kubectl, kubectl_ok, website_rule};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,16 +14,6 @@ use std::time::Duration;
 const RULE_CRD: &str = "deploy/crds/rules.ruleop.dev.yaml";
 const SITES_CRD: &str = "deploy/crds/websites.sre.example.com.yaml";
 const LONG: Duration = Duration::from_secs(240);
-
-/// The shipped WebSite rule as a Rule object named `name`, labelled `label`.
-fn website_rule(name: &str, label: &str) -> Value {
-    let (code, out, err) = common::ruleop_cli(&["rule", "--rules", "rules/website.yaml"], false);
-    assert_eq!(code, 0, "{err}");
-    let doc = out.split("\n---\n").nth(1).expect("one Rule");
-    let mut r: Value = serde_yaml::from_str(doc).unwrap();
-    r["metadata"] = json!({"name": name, "labels": {"ruleop.dev/test": label}});
-    r
-}
 
 fn apply(v: &Value) {
     kubectl_ok(

@@ -4,22 +4,14 @@
 
 mod common;
 
-use common::{Operator, eventually, get_json, install_crds, kubectl, kubectl_ok, manifest_in};
+use common::{
+    Operator, eventually, get_json, install_crds, kubectl, kubectl_ok, manifest_in, website_rule,
+};
 use serde_json::{Value, json};
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
 pub const RULE_CRD: &str = "deploy/crds/rules.ruleop.dev.yaml";
-
-/// The shipped WebSite rule as a Rule object named `name`, labelled for this test.
-fn website_rule(name: &str, label: &str) -> Value {
-    let (code, out, err) = common::ruleop_cli(&["rule", "--rules", "rules/website.yaml"], false);
-    assert_eq!(code, 0, "{err}");
-    let doc = out.split("\n---\n").nth(1).expect("one Rule");
-    let mut rule: Value = serde_yaml::from_str(doc).unwrap();
-    rule["metadata"] = json!({"name": name, "labels": {"ruleop.dev/test": label}});
-    rule
-}
 
 fn apply(v: &Value) {
     kubectl_ok(

@@ -18,6 +18,17 @@ pub fn apply_box(ns: &str, name: &str, spec: serde_json::Value) {
     kubectl_ok(&["apply", "-f", "-"], Some(&b.to_string()));
 }
 
+/// The shipped WebSite rule as a Rule object named `name`, labelled
+/// `ruleop.dev/test: <label>` (the `--rule-selector` of the test's ruleop).
+pub fn website_rule(name: &str, label: &str) -> serde_json::Value {
+    let (code, out, err) = ruleop_cli(&["rule", "--rules", "rules/website.yaml"], false);
+    assert_eq!(code, 0, "{err}");
+    let doc = out.split("\n---\n").nth(1).expect("one Rule");
+    let mut rule: serde_json::Value = serde_yaml::from_str(doc).unwrap();
+    rule["metadata"] = serde_json::json!({"name": name, "labels": {"ruleop.dev/test": label}});
+    rule
+}
+
 /// A client for the local control plane. Fails loudly when there is none.
 pub async fn client() -> Client {
     if std::env::var_os("KUBECONFIG").is_none() {
