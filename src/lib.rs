@@ -17,6 +17,7 @@ pub mod cache;
 pub mod cli;
 pub mod client;
 pub mod events;
+pub mod lifecycle;
 pub mod metrics;
 pub mod operator;
 pub mod rbac;

@@ -22,6 +22,7 @@ const LAYERS: &[&str] = &[
     "apply",
     "status",
     "rollout",
+    "lifecycle",
     "ruletest",
     "cache",
     "events",

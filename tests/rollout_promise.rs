@@ -302,3 +302,62 @@ async fn a_second_rule_on_a_served_kind_is_refused_and_the_serving_one_goes_on()
     }
     common::delete_namespace(&ns);
 }
+
+#[tokio::test]
+async fn a_replica_holding_an_older_generation_of_a_rule_than_the_cluster_ran_does_nothing() {
+    let client = common::client().await;
+    install_crds(&[RULE_CRD, SITES_CRD]);
+    let ns = common::namespace(&client, "lagging").await;
+    let name = format!("site-{ns}");
+    apply(&website_rule(&name, &ns));
+    let rule = get_json("rule", "", &name).expect("the Rule");
+    let uid = rule["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_eq!(rule["metadata"]["generation"], 1);
+    // Another replica ran generation 2 of this Rule (its watch was ahead of this one's):
+    // the cluster's record says so (the inventory key of a ruleop scoped to one namespace
+    // is `<rule>.<namespace>`).
+    let since = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let log = json!([{"fingerprint": "generation-2", "since": since, "why": "generation",
+        "object": {"uid": uid, "generation": 2}}]);
+    apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "ruleop-inventory", "namespace": ns},
+        "data": {format!("_versions.{name}.{ns}"): log.to_string()}}));
+    websites(&ns, 1);
+    let op = operator(&ns);
+    let addr = op.admin_addr().await;
+    eventually(LONG, "the rule said to be older", || async {
+        (op.logs()
+            .contains("older generation than one the cluster has run"))
+        .then_some(())
+    })
+    .await;
+    assert_eq!(common::admin_metric(&addr, "ruleop_rule_older"), 1.0);
+    // It writes nothing meanwhile: no child, no status.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        get_json("deployment", &ns, "site-0-web").is_none(),
+        "an older generation made a Deployment"
+    );
+    let site = get_json("website", &ns, "site-0").expect("the WebSite");
+    assert!(
+        site["status"].is_null(),
+        "an older generation wrote a status: {site}"
+    );
+    // The Rule's next generation reaches this replica: it runs.
+    let mut two = website_rule(&name, &ns);
+    two["spec"]["children"][0]["template"]["metadata"]["annotations"] = json!({"edited": "yes"});
+    apply(&two);
+    // (Its first revision: generation 1 never ran.)
+    all_ready_on(&ns, 1, 1).await;
+    let d = get_json("deployment", &ns, "site-0-web").expect("the Deployment");
+    assert_eq!(
+        d["metadata"]["annotations"]["edited"], "yes",
+        "generation 2 made it"
+    );
+    assert_eq!(common::admin_metric(&addr, "ruleop_rule_older"), 0.0);
+    drop(op);
+    let _ = kubectl(&["delete", "rule", &name], None);
+    common::delete_namespace(&ns);
+}

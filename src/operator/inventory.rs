@@ -7,9 +7,11 @@
 //! this rule owns are deleted, retried with backoff until it succeeds; only then is the
 //! record set to the rule's current kinds. Written only when it changes.
 
-use crate::apply::ownership::controller_ref;
 use crate::cache::discovery;
 use crate::client::Fence;
+use crate::lifecycle::kinds::retired;
+use crate::lifecycle::planner::{Removal, owned_by_rule, removal};
+pub use crate::lifecycle::{Made, Retire};
 use crate::render::{RULE_LABEL, group_of};
 use crate::rules::CompiledRule;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -20,20 +22,6 @@ use std::time::Duration;
 
 /// The name of the inventory ConfigMap.
 pub const INVENTORY: &str = "ruleop-inventory";
-
-/// A kind, as recorded: `apiVersion` and `kind` (compared by group and kind).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-pub struct Made {
-    #[serde(rename = "apiVersion")]
-    pub api_version: String,
-    pub kind: String,
-}
-
-impl Made {
-    pub fn group_kind(&self) -> (&str, &str) {
-        (group_of(&self.api_version), &self.kind)
-    }
-}
 
 /// Why the inventory or a cleanup failed (retried).
 #[derive(Debug, thiserror::Error)]
@@ -50,26 +38,6 @@ pub enum InventoryError {
     Discovery { kind: String, message: String },
     #[error("not the leader: nothing written")]
     NotLeader,
-}
-
-/// The kinds a rule makes now.
-pub fn kinds_of(rule: &CompiledRule) -> BTreeSet<Made> {
-    rule.children
-        .iter()
-        .map(|c| Made {
-            api_version: c.api_version.clone(),
-            kind: c.kind.clone(),
-        })
-        .collect()
-}
-
-/// The recorded kinds that `now` no longer makes, by group and kind.
-pub fn retired(recorded: &BTreeSet<Made>, now: &BTreeSet<Made>) -> Vec<Made> {
-    recorded
-        .iter()
-        .filter(|r| !now.iter().any(|n| n.group_kind() == r.group_kind()))
-        .cloned()
-        .collect()
 }
 
 /// Where the inventory lives, and who may write.
@@ -154,31 +122,6 @@ impl Inventory {
         self.set(rule, serde_json::to_string(kinds).unwrap_or_default())
             .await
     }
-}
-
-/// Whether a listed object is this rule's child: its controller is a resource of the
-/// watched kind, one of `parents` (uids of the rule's resources) when given (a user
-/// object that only copies the rule's label is not).
-fn owned_by_rule(
-    o: &DynamicObject,
-    parent_group: &str,
-    parent_kind: &str,
-    parents: Option<&BTreeSet<String>>,
-) -> bool {
-    let Ok(v) = serde_json::to_value(o) else {
-        return false;
-    };
-    controller_ref(&v).is_some_and(|r| {
-        r.get("kind").and_then(|k| k.as_str()) == Some(parent_kind)
-            && r.get("apiVersion")
-                .and_then(|a| a.as_str())
-                .is_some_and(|a| group_of(a) == parent_group)
-            && parents.is_none_or(|p| {
-                r.get("uid")
-                    .and_then(|u| u.as_str())
-                    .is_some_and(|u| p.contains(u))
-            })
-    })
 }
 
 /// The uids of the rule's custom resources, in scope.
@@ -275,7 +218,7 @@ pub async fn clean_up(
             message: e.to_string(),
         };
         // An object that asked to be orphaned (`onRemove: Orphan`) is let go, not deleted.
-        let action = if crate::apply::orphans(o) {
+        let action = if removal(o, false) == Removal::Orphan {
             let owner = crate::cache::owners::controller_uid(o).unwrap_or_default();
             crate::apply::orphan(&ns_api, ar, o, owner)
                 .await
@@ -291,16 +234,6 @@ pub async fn clean_up(
         deleted += 1;
     }
     Ok(deleted)
-}
-
-/// When a rule may retire the kinds the inventory records and it no longer makes (see
-/// [`super::versions`]); the kinds it saw go itself, from its previous version in this
-/// process, it always may.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retire {
-    Now,
-    After(Duration),
-    Never,
 }
 
 /// One rule's retirement of the kinds it no longer makes.
@@ -323,28 +256,6 @@ pub struct Retirement {
     /// finalizer goes. Unknown until the inventory is read.
     pub unwatched: std::sync::Arc<crate::reconcile::Unwatched>,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
-}
-
-/// The kinds a rule's spec (as a Rule holds it) names for its children, read without
-/// compiling it: those of a revision in force that no longer compiles.
-pub fn kinds_of_spec(spec: &serde_json::Value) -> BTreeSet<Made> {
-    spec["children"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| {
-            let t = &c["template"];
-            Some(Made {
-                api_version: t["apiVersion"].as_str()?.to_string(),
-                kind: t["kind"].as_str()?.to_string(),
-            })
-        })
-        .collect()
-}
-
-/// The union of the kinds of every revision in force.
-pub fn kinds_in_force<'a>(revisions: impl IntoIterator<Item = &'a CompiledRule>) -> BTreeSet<Made> {
-    revisions.into_iter().flat_map(kinds_of).collect()
 }
 
 /// Cleans up the kinds no revision in force makes (recorded in the inventory, when the
@@ -460,70 +371,6 @@ pub fn retry_delay(attempt: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn made(api_version: &str, kind: &str) -> Made {
-        Made {
-            api_version: api_version.into(),
-            kind: kind.into(),
-        }
-    }
-
-    #[test]
-    fn the_kinds_of_a_spec_that_no_longer_compiles_are_read_from_its_templates() {
-        let spec = serde_json::json!({"children": [
-            {"id": "a", "template": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "{{ broken"}}},
-            {"id": "b", "template": {"apiVersion": "apps/v1", "kind": "Deployment"}},
-            {"id": "c"}]});
-        let kinds: Vec<Made> = kinds_of_spec(&spec).into_iter().collect();
-        assert_eq!(
-            kinds,
-            vec![made("apps/v1", "Deployment"), made("v1", "ConfigMap")]
-        );
-    }
-
-    #[test]
-    fn a_new_version_of_a_kind_is_not_retired_and_a_removed_kind_is() {
-        let recorded: BTreeSet<Made> = [
-            made("autoscaling/v1", "HorizontalPodAutoscaler"),
-            made("v1", "ConfigMap"),
-            made("apps/v1", "Deployment"),
-        ]
-        .into();
-        let now: BTreeSet<Made> = [
-            made("autoscaling/v2", "HorizontalPodAutoscaler"),
-            made("apps/v1", "Deployment"),
-        ]
-        .into();
-        assert_eq!(retired(&recorded, &now), vec![made("v1", "ConfigMap")]);
-    }
-
-    #[test]
-    fn only_objects_controlled_by_a_resource_of_the_watched_kind_are_the_rules() {
-        let obj = |owner: serde_json::Value| -> DynamicObject {
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "x", "namespace": "n", "ownerReferences": owner}
-            }))
-            .unwrap()
-        };
-        let ours = obj(
-            serde_json::json!([{"apiVersion": "example.com/v2", "kind": "WebSite", "name": "w", "uid": "u", "controller": true}]),
-        );
-        assert!(owned_by_rule(&ours, "example.com", "WebSite", None));
-        let uids: BTreeSet<String> = ["u".to_string()].into();
-        assert!(owned_by_rule(&ours, "example.com", "WebSite", Some(&uids)));
-        let others: BTreeSet<String> = ["v".to_string()].into();
-        assert!(
-            !owned_by_rule(&ours, "example.com", "WebSite", Some(&others)),
-            "controlled by no resource of the rule"
-        );
-        let users = obj(serde_json::json!([]));
-        assert!(!owned_by_rule(&users, "example.com", "WebSite", None));
-        let other = obj(
-            serde_json::json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "u", "controller": true}]),
-        );
-        assert!(!owned_by_rule(&other, "example.com", "WebSite", None));
-    }
 
     #[test]
     fn cleanup_retries_back_off_to_five_minutes() {

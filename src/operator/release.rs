@@ -10,7 +10,9 @@
 use crate::cache::discovery;
 use crate::cache::tolerant::Tolerant;
 use crate::client::Fence;
-use crate::reconcile::deletion::{FINALIZER, LetGoError, ORPHAN_FINALIZER, let_go_orphans};
+use crate::lifecycle::kinds::kinds_of;
+use crate::lifecycle::planner::{OURS, release_kinds};
+use crate::reconcile::deletion::{LetGoError, let_go_orphans};
 use crate::rules::CompiledRule;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
@@ -49,13 +51,11 @@ pub struct Release {
     pub client: Client,
     pub rule: Arc<CompiledRule>,
     /// The kinds the inventory records for the rule (those of earlier versions too).
-    pub recorded: BTreeSet<crate::operator::inventory::Made>,
+    pub recorded: BTreeSet<crate::lifecycle::Made>,
     pub namespace: Option<String>,
     pub fence: Arc<Fence>,
     pub reporter: Reporter,
 }
-
-const OURS: [&str; 2] = [FINALIZER, ORPHAN_FINALIZER];
 
 /// Releases the removed rule's resources, retried with backoff (1 s doubling to 5 min)
 /// until done or this process no longer leads.
@@ -161,17 +161,7 @@ async fn once(r: &Release) -> Result<usize, ReleaseError> {
 /// Lets go every object of the rule's child kinds (and of those its inventory records)
 /// that asks to be orphaned and whose controller is one of `uids`.
 async fn let_orphans_go(r: &Release, uids: &BTreeSet<String>) -> Result<usize, ReleaseError> {
-    let kinds: BTreeSet<(String, String)> = r
-        .rule
-        .children
-        .iter()
-        .map(|c| (c.api_version.clone(), c.kind.clone()))
-        .chain(
-            r.recorded
-                .iter()
-                .map(|m| (m.api_version.clone(), m.kind.clone())),
-        )
-        .collect();
+    let kinds = release_kinds(&kinds_of(&r.rule), &r.recorded);
     let ns = r.namespace.as_deref();
     Ok(let_go_orphans(&r.client, &r.fence, &r.rule.name, kinds, ns, uids).await?)
 }

@@ -89,9 +89,9 @@ impl Supervisor {
                     continue;
                 }
                 Some(t) => {
-                    let gone = inventory::retired(
-                        &inventory::kinds_of(&t.rule),
-                        &inventory::kinds_of(&rule),
+                    let gone = crate::lifecycle::kinds::retired(
+                        &crate::lifecycle::kinds::kinds_of(&t.rule),
+                        &crate::lifecycle::kinds::kinds_of(&rule),
                     );
                     tracing::info!(rule = %rule.name, from = %t.rule.fingerprint, to = %rule.fingerprint, "rule changed: restarting its controller");
                     if let Some(old) = self.running.remove(&rule.name) {

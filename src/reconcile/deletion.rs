@@ -8,12 +8,12 @@
 
 use super::ctx::Ctx;
 use super::outcome::ReconcileError;
-use super::prune::{asks_orphan, owned, take_away};
+use super::prune::{owned, removal_of, take_away};
 use super::record::ResourceId;
 use crate::apply::{self, ApplyError};
 use crate::cache::watches::ChildKind;
+use crate::lifecycle::planner::{self, Deleting, Deletion, Holding, Leaving, Then};
 use crate::render::CHILD_LABEL;
-use crate::rules::graph;
 use crate::rules::spec::{DeletionPolicy, OnRemove};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -22,15 +22,7 @@ use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// The finalizer ruleop puts on resources of rules with ordered deletion.
-pub const FINALIZER: &str = "ruleop.dev/ordered-deletion";
-
-/// The finalizer ruleop puts on resources of rules with a child that orphans its objects
-/// (`onRemove: Orphan`): the resource stays until those objects are no longer its own, so
-/// the garbage collector does not delete them with it.
-pub const ORPHAN_FINALIZER: &str = "ruleop.dev/orphan";
-
-const OURS: [&str; 2] = [FINALIZER, ORPHAN_FINALIZER];
+pub use crate::lifecycle::planner::{FINALIZER, ORPHAN_FINALIZER, OURS};
 
 /// How often a deletion in progress is looked at again (watch events also wake it).
 const RECHECK: Duration = Duration::from_secs(2);
@@ -48,28 +40,17 @@ pub fn orphans_children(ctx: &Ctx) -> bool {
         .any(|c| c.on_remove == OnRemove::Orphan)
 }
 
-/// The finalizers the resource needs: ordered deletion's when the rule asks for it; the
-/// orphans' while the rule has such a child, or any object of the resource still asks to
-/// be orphaned (an edit that removed the last such child leaves its objects protected
-/// until they are let go).
+/// The finalizers the resource needs (the planner decides: [`planner::finalizers`]).
 fn wanted(ctx: &Ctx, cr: &DynamicObject) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    if ctx.rule.deletion == DeletionPolicy::Ordered {
-        out.push(FINALIZER);
-    }
     let held = cr.finalizers().iter().any(|f| f == ORPHAN_FINALIZER);
-    let unwatched = ctx.kinds.unwatched.get().is_none_or(|k| !k.is_empty());
-    if orphans_children(ctx) || (held && (unwatched || any_orphan_left(ctx, cr))) {
-        out.push(ORPHAN_FINALIZER);
-    }
-    out
-}
-
-/// Whether the kinds no revision in force makes are not known yet (the rule's retirement
-/// has not read the inventory): an object of such a kind may ask to be orphaned, and no
-/// watch of this rule sees it.
-fn retiring(ctx: &Ctx) -> bool {
-    ctx.kinds.unwatched.get().is_none()
+    planner::finalizers(Holding {
+        ordered: ctx.rule.deletion == DeletionPolicy::Ordered,
+        orphaning_child: orphans_children(ctx),
+        held,
+        unwatched: ctx.kinds.unwatched.get().map(|k| !k.is_empty()),
+        // (Looked at only when it matters: it reads every child kind's cache.)
+        orphan_left: held && any_orphan_left(ctx, cr),
+    })
 }
 
 /// Why an object that asks to be orphaned could not be let go.
@@ -174,16 +155,6 @@ fn any_orphan_left(ctx: &Ctx, cr: &DynamicObject) -> bool {
         .any(|k| owned(k, &ns, &uid).iter().any(apply::orphans))
 }
 
-/// Among the children with objects left (`present`, indexes into the rule's children),
-/// those that may go now: nothing left depends on them.
-pub fn deletable(deps: &[BTreeSet<usize>], present: &BTreeSet<usize>) -> BTreeSet<usize> {
-    present
-        .iter()
-        .copied()
-        .filter(|&i| graph::dependents(deps, i).is_disjoint(present))
-        .collect()
-}
-
 /// Sets the resource's finalizers to `finalizers`, if its resourceVersion is still `rv`.
 async fn set_finalizers(
     ctx: &Ctx,
@@ -233,29 +204,64 @@ pub async fn keep_finalizer(ctx: &Ctx, cr: &DynamicObject) -> Result<(), Reconci
     set_finalizers(ctx, cr, finalizers).await
 }
 
-/// One step of the deletion of `cr` while it carries ruleop's finalizers: first the
-/// objects that asked to be orphaned are let go (so the garbage collector leaves them);
-/// then, with ordered deletion, the children that may go now are deleted; the finalizers
-/// are released once that is done. Nothing is done until every child kind's watch has
-/// listed (what the caches lack would be taken for gone).
+/// One step of the deletion of `cr` while it carries ruleop's finalizers, as the planner
+/// says ([`planner::deletion`]): the objects that ask to be orphaned are let go first (so
+/// the garbage collector leaves them), of every kind; then, with ordered deletion, the
+/// children that may go now are deleted; the finalizers are released once that is done.
 pub async fn step(ctx: &Ctx, r: &ResourceId, cr: &DynamicObject) -> Result<Action, ReconcileError> {
-    if !ctx.kinds.listed.children() {
-        // Said once the usual wait is over: a watch the RBAC forbids never lists.
-        if ctx.kinds.listed.ready() {
-            tracing::warn!(rule = %ctx.rule.name, object = %cr.name_any(), "deletion waits for every child kind's watch to list (is `list`/`watch` on a child kind forbidden?): nothing is deleted or let go on the word of a cache that has not listed");
-        }
-        return Ok(Action::requeue(RECHECK));
-    }
     let ns = cr.namespace().unwrap_or_default();
     let uid = cr.uid().unwrap_or_default();
-    let objects: Vec<_> = ctx
-        .kinds
-        .children
-        .distinct()
+    let listed = ctx.kinds.listed.children();
+    let objects: Vec<_> = if listed {
+        ctx.kinds
+            .children
+            .distinct()
+            .iter()
+            .flat_map(|k| owned(k, &ns, &uid).into_iter().map(move |o| (k, o)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let position = |o: &DynamicObject| {
+        let id = o.labels().get(CHILD_LABEL)?;
+        ctx.rule.children.iter().position(|c| &c.id == id)
+    };
+    let leaving: Vec<Leaving> = objects
         .iter()
-        .flat_map(|k| owned(k, &ns, &uid).into_iter().map(move |o| (k, o)))
+        .map(|(_, o)| Leaving {
+            removal: removal_of(ctx, o),
+            child: position(o),
+            deleting: o.meta().deletion_timestamp.is_some(),
+        })
         .collect();
-    for (k, o) in objects.iter().filter(|(_, o)| asks_orphan(ctx, o)) {
+    let plan = planner::deletion(Deleting {
+        listed,
+        objects: &leaving,
+        orphan_held: cr.finalizers().iter().any(|f| f == ORPHAN_FINALIZER),
+        unwatched_known: ctx.kinds.unwatched.get().is_some(),
+        ordered: ctx.rule.deletion == DeletionPolicy::Ordered
+            && cr.finalizers().iter().any(|f| f == FINALIZER),
+        // `kubectl delete --cascade=orphan` asks for the children to stay.
+        cascade_orphan: cr.finalizers().iter().any(|f| f == "orphan"),
+        deps: &ctx.rule.deps,
+    });
+    let (let_go, unwatched, then) = match plan {
+        Deletion::Wait(why) => {
+            // Said once the usual wait is over: a watch the RBAC forbids never lists.
+            if !listed && ctx.kinds.listed.ready() {
+                tracing::warn!(rule = %ctx.rule.name, object = %cr.name_any(), "deletion waits for every child kind's watch to list (is `list`/`watch` on a child kind forbidden?): nothing is deleted or let go on the word of a cache that has not listed");
+            } else {
+                tracing::debug!(rule = %ctx.rule.name, object = %cr.name_any(), why, "deletion waits");
+            }
+            return Ok(Action::requeue(RECHECK));
+        }
+        Deletion::Act {
+            let_go,
+            unwatched,
+            then,
+        } => (let_go, unwatched, then),
+    };
+    for (k, o) in let_go.iter().map(|&i| &objects[i]) {
         if !ctx.process.fence.holds() {
             return Err(ReconcileError::NotLeader);
         }
@@ -264,108 +270,63 @@ pub async fn step(ctx: &Ctx, r: &ResourceId, cr: &DynamicObject) -> Result<Actio
             .await
             .map_err(ReconcileError::Apply)?;
     }
-    let objects: Vec<_> = objects
-        .into_iter()
-        .filter(|(_, o)| !asks_orphan(ctx, o))
-        .collect();
-    // `kubectl delete --cascade=orphan` asks for the children to stay.
-    let orphan = cr.finalizers().iter().any(|f| f == "orphan");
-    if cr.finalizers().iter().any(|f| f == ORPHAN_FINALIZER) {
-        if retiring(ctx) {
-            // Which kinds the rule no longer makes is not known yet.
-            tracing::debug!(rule = %ctx.rule.name, object = %cr.name_any(), "deletion waits to know the kinds the rule no longer makes (their objects that ask to be orphaned are let go first)");
-            return Ok(Action::requeue(RECHECK));
-        }
+    if unwatched {
         let_go_unwatched(ctx, cr).await?;
     }
-    let ordered = ctx.rule.deletion == DeletionPolicy::Ordered
-        && cr.finalizers().iter().any(|f| f == FINALIZER);
-    if objects.is_empty() || orphan || !ordered {
-        // All gone (or the rule no longer asks for order, or the children are to stay:
-        // the garbage collector does what the deletion asked).
-        let rest: Vec<String> = cr
-            .finalizers()
-            .iter()
-            .filter(|f| !OURS.contains(&f.as_str()))
-            .cloned()
-            .collect();
-        set_finalizers(ctx, cr, rest).await?;
-        ctx.records.abandon_writes(r);
-        tracing::info!(rule = %ctx.rule.name, object = %cr.name_any(), namespace = %ns, "resource released");
-        return Ok(Action::await_change());
+    match then {
+        Then::Release => {
+            let rest: Vec<String> = cr
+                .finalizers()
+                .iter()
+                .filter(|f| !OURS.contains(&f.as_str()))
+                .cloned()
+                .collect();
+            set_finalizers(ctx, cr, rest).await?;
+            ctx.records.abandon_writes(r);
+            tracing::info!(rule = %ctx.rule.name, object = %cr.name_any(), namespace = %ns, "resource released");
+            Ok(Action::await_change())
+        }
+        Then::Delete(which) => {
+            for (k, o) in which.iter().map(|&i| &objects[i]) {
+                delete_foreground(ctx, &ns, k, o).await?;
+            }
+            Ok(Action::requeue(RECHECK))
+        }
     }
-    delete_in_order(ctx, &ns, &objects).await?;
-    Ok(Action::requeue(RECHECK))
 }
 
-/// Deletes, in the foreground, the objects whose children nothing left depends on (an
-/// object whose child the rule no longer has goes first).
-async fn delete_in_order(
+/// Deletes one object in the foreground (its own dependents, such as pods, go first),
+/// only if it is still the object judged.
+async fn delete_foreground(
     ctx: &Ctx,
     ns: &str,
-    objects: &[(&ChildKind, DynamicObject)],
+    k: &ChildKind,
+    o: &DynamicObject,
 ) -> Result<(), ReconcileError> {
-    let position = |o: &DynamicObject| {
-        let id = o.labels().get(CHILD_LABEL)?;
-        ctx.rule.children.iter().position(|c| &c.id == id)
+    if !ctx.process.fence.holds() {
+        return Err(ReconcileError::NotLeader);
+    }
+    let ar = &*k.resolved.resource;
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.process.client.clone(), ns, ar);
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: o.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::foreground()
     };
-    let present: BTreeSet<usize> = objects.iter().filter_map(|(_, o)| position(o)).collect();
-    let now = deletable(&ctx.rule.deps, &present);
-    for (k, o) in objects {
-        let go = position(o).is_none_or(|i| now.contains(&i));
-        if !go || o.meta().deletion_timestamp.is_some() {
-            continue;
+    match api.delete(&o.name_any(), &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+        Err(e) => {
+            return Err(ReconcileError::Apply(ApplyError::from_kube(
+                &ar.kind,
+                &o.name_any(),
+                e,
+            )));
         }
-        if !ctx.process.fence.holds() {
-            return Err(ReconcileError::NotLeader);
-        }
-        let ar = &*k.resolved.resource;
-        let api: Api<DynamicObject> = Api::namespaced_with(ctx.process.client.clone(), ns, ar);
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: o.uid(),
-                resource_version: None,
-            }),
-            ..DeleteParams::foreground()
-        };
-        match api.delete(&o.name_any(), &params).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(e) => {
-                return Err(ReconcileError::Apply(ApplyError::from_kube(
-                    &ar.kind,
-                    &o.name_any(),
-                    e,
-                )));
-            }
-        }
-        ctx.process.metrics.write(&ctx.rule.name, "prune");
-        tracing::info!(rule = %ctx.rule.name, kind = %ar.kind, name = %o.name_any(), namespace = %ns, "deleted child in order");
     }
+    ctx.process.metrics.write(&ctx.rule.name, "prune");
+    tracing::info!(rule = %ctx.rule.name, kind = %ar.kind, name = %o.name_any(), namespace = %ns, "deleted child in order");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dependents_go_before_what_they_depend_on() {
-        // 0: config; 1: job (reads config); 2: app (after job, reads config); 3: hpa (reads app).
-        let deps: Vec<BTreeSet<usize>> = vec![
-            BTreeSet::new(),
-            [0].into_iter().collect(),
-            [0, 1].into_iter().collect(),
-            [2].into_iter().collect(),
-        ];
-        let all: BTreeSet<usize> = (0..4).collect();
-        assert_eq!(deletable(&deps, &all), [3].into_iter().collect());
-        let rest: BTreeSet<usize> = [0, 1, 2].into_iter().collect();
-        assert_eq!(deletable(&deps, &rest), [2].into_iter().collect());
-        let rest: BTreeSet<usize> = [0, 1].into_iter().collect();
-        assert_eq!(deletable(&deps, &rest), [1].into_iter().collect());
-        // Children that depend on nothing left go together.
-        let rest: BTreeSet<usize> = [0, 3].into_iter().collect();
-        assert_eq!(deletable(&deps, &rest), [3].into_iter().collect());
-    }
 }

@@ -8,6 +8,7 @@ use super::report::event;
 use crate::apply::{self, ApplyError};
 use crate::cache::owners::controller_uid;
 use crate::cache::watches::ChildKind;
+use crate::lifecycle::planner::{self, Doubts, Removal};
 use crate::render::{CHILD_LABEL, Plan, group_of};
 use crate::rules::spec::OnRemove;
 use kube::api::{Api, ApiResource, DynamicObject};
@@ -64,24 +65,15 @@ pub fn observe_waiting(ctx: &Ctx, ns: &str, uid: &str, out: &Plan, round: &mut R
     }
 }
 
-/// Why the children this round does not render may not be taken away now, if so: prune
-/// only when certain. Every child kind's watch must have listed (an object missing from a
-/// cache that has not listed may only be missing from the cache), no child may wait (a
-/// renamed child that waits would have its object taken for another's), and no write of
-/// this round may have failed or still be on its way (its object is not yet what the rule
-/// says, so what replaces what is not known).
+/// Why the children this round does not render may not be taken away now, if so (the
+/// planner decides: [`planner::uncertain`]).
 pub fn uncertain(ctx: &Ctx, out: &Plan, round: &Round) -> Option<&'static str> {
-    if let Some(why) = ctx.kinds.prune.closed() {
-        Some(why)
-    } else if !ctx.kinds.listed.children() {
-        Some("a child kind's watch has not listed yet")
-    } else if !out.waiting.is_empty() {
-        Some("a child waits")
-    } else if round.transient.is_some() || round.on_its_way || !round.problems.is_empty() {
-        Some("a child's write failed or is on its way")
-    } else {
-        None
-    }
+    planner::uncertain(Doubts {
+        version: ctx.kinds.prune.closed(),
+        listed: ctx.kinds.listed.children(),
+        waiting: !out.waiting.is_empty(),
+        unsettled: round.transient.is_some() || round.on_its_way || !round.problems.is_empty(),
+    })
 }
 
 /// Takes away the objects this resource owns that are no longer rendered: each deleted,
@@ -103,10 +95,7 @@ pub async fn prune_children(
             .filter(|c| c.kind == ar.kind && group_of(&c.api_version) == ar.group)
             .map(|c| c.name.as_str())
             .collect();
-        let stale: Vec<DynamicObject> = owned(kind, ns, uid)
-            .into_iter()
-            .filter(|o| !keep.contains(o.name_any().as_str()))
-            .collect();
+        let stale = planner::stale(owned(kind, ns, uid), |name| keep.contains(name));
         for o in stale {
             if !ctx.process.fence.holds() {
                 round.transient = Some(ApplyError::NotLeader);
@@ -119,17 +108,16 @@ pub async fn prune_children(
     }
 }
 
-/// Whether an object is to be orphaned rather than deleted: it says so (its child said
-/// `onRemove: Orphan` when it was written), or its child says so now (the edit that
-/// removes it may be the one that asks for it).
-pub fn asks_orphan(ctx: &Ctx, o: &DynamicObject) -> bool {
+/// What becomes of an object that leaves the rule (the planner decides:
+/// [`planner::removal`]), given what its child says now.
+pub fn removal_of(ctx: &Ctx, o: &DynamicObject) -> Removal {
     let child = o.labels().get(CHILD_LABEL);
-    apply::orphans(o)
-        || ctx
-            .rule
-            .children
-            .iter()
-            .any(|c| Some(&c.id) == child && c.on_remove == OnRemove::Orphan)
+    let orphans_now = ctx
+        .rule
+        .children
+        .iter()
+        .any(|c| Some(&c.id) == child && c.on_remove == OnRemove::Orphan);
+    planner::removal(o, orphans_now)
 }
 
 /// Deletes one object of this resource, or orphans it when it asks to be; logs, counts
@@ -146,7 +134,7 @@ pub async fn take_away(
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.process.client.clone(), ns, ar);
     let name = o.name_any();
     let child = o.labels().get(CHILD_LABEL).cloned().unwrap_or_default();
-    let (reason, action, verb) = if asks_orphan(ctx, o) {
+    let (reason, action, verb) = if removal_of(ctx, o) == Removal::Orphan {
         apply::orphan(&api, ar, o, uid).await?;
         ("Orphaned", "orphan", "orphaned")
     } else {

@@ -16,6 +16,7 @@ use crate::cache::cached::Cached;
 use crate::cache::discovery;
 use crate::cache::watches::{SyncTracker, child_watch, existing_watch, parent_watch};
 use crate::events::EventQueue;
+use crate::lifecycle::Retire;
 use crate::reconcile::{
     Ctx, KindTable, Kinds, Listed, PruneFrom, Records, Router, error_policy, reconcile,
 };
@@ -63,7 +64,7 @@ impl RuleTask {
     pub fn spawn(
         rule: Arc<CompiledRule>,
         opts: Options,
-        retired: Vec<inventory::Made>,
+        retired: Vec<crate::lifecycle::Made>,
         loaded: Vec<String>,
     ) -> RuleTask {
         let (stop, stop_rx) = watch::channel(false);
@@ -177,12 +178,11 @@ fn in_force_kinds(
     loaded: &[&CompiledRule],
     history: Option<&super::revisions::History>,
     held: Option<i64>,
-) -> std::collections::BTreeSet<inventory::Made> {
-    let mut kinds = inventory::kinds_in_force(loaded.iter().copied());
-    if let Some(rev) = held.and_then(|n| history?.kept.get(&n)) {
-        kinds.extend(inventory::kinds_of_spec(&rev.spec));
-    }
-    kinds
+) -> std::collections::BTreeSet<crate::lifecycle::Made> {
+    let held = held
+        .and_then(|n| history?.kept.get(&n))
+        .map(|rev| &rev.spec);
+    crate::lifecycle::kinds::kinds_in_force(loaded.iter().copied(), held)
 }
 
 /// An (apiVersion, kind).
@@ -232,7 +232,7 @@ async fn run(
     opts: Options,
     stop: watch::Receiver<bool>,
     state: State,
-    retired: Vec<inventory::Made>,
+    retired: Vec<crate::lifecycle::Made>,
     loaded: Vec<String>,
 ) {
     let State { synced, info } = state;
@@ -290,35 +290,26 @@ async fn run(
     let scope = opts.scope.namespace.as_deref();
     let metrics = &opts.process.metrics;
     let state = inventory();
-    // A Rule object is the one version in force on every replica: it needs no check
-    // against the versions other replicas' files ran.
-    let allowed = match rule.object {
-        Some(_) => super::versions::Allowed {
-            prune: super::versions::Retire::Now,
-            retire: super::versions::Retire::Now,
-        },
-        None => {
-            let versions = super::versions::wait_until_newest(
-                &state,
-                &rule,
-                scope,
-                &loaded,
-                opts.settle,
-                metrics,
-                &stop,
-            );
-            let Some(allowed) = versions.await else {
-                return;
-            };
-            allowed
-        }
+    // A Rule's generation and a file's version alike are claimed against the versions
+    // the cluster has run (lifecycle::newer): an older one waits.
+    let versions = super::versions::wait_until_newest(
+        &state,
+        &rule,
+        scope,
+        &loaded,
+        opts.settle,
+        metrics,
+        &stop,
+    );
+    let Some(allowed) = versions.await else {
+        return;
     };
     let prune_from = match allowed.prune {
-        super::versions::Retire::Now => PruneFrom::Now,
-        super::versions::Retire::After(wait) => std::time::Instant::now()
+        Retire::Now => PruneFrom::Now,
+        Retire::After(wait) => std::time::Instant::now()
             .checked_add(wait)
             .map_or(PruneFrom::Never, PruneFrom::At),
-        super::versions::Retire::Never => PruneFrom::Never,
+        Retire::Never => PruneFrom::Never,
     };
     // A Rule object's spec is a revision: found, or recorded as the next one.
     let history = match rule.object {
@@ -380,7 +371,7 @@ async fn run(
             rule: rule.clone(),
             parent_kind: parent.resource.kind.clone(),
             namespace: opts.scope.namespace.clone(),
-            also: if allowed.prune == super::versions::Retire::Never {
+            also: if allowed.prune == Retire::Never {
                 Vec::new()
             } else {
                 retired
