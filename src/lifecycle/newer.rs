@@ -91,6 +91,14 @@ pub fn standing(
     let Some(newest) = log.last() else {
         return Standing::Newer { why: "first" };
     };
+    if newest.fingerprint == mine.fingerprint {
+        // The version the cluster last ran (a Rule's last good revision serving while its
+        // generation does not load is that version too).
+        return Standing::Newest {
+            why: newest.why.clone(),
+            since: newest.since.clone(),
+        };
+    }
     let same_object = match (mine.object, &newest.object) {
         (Some((uid, generation)), Some(o)) if o.uid == uid => Some(generation.cmp(&o.generation)),
         _ => None,
@@ -103,12 +111,6 @@ pub fn standing(
         Some(std::cmp::Ordering::Less) => return older(),
         Some(std::cmp::Ordering::Greater) => return Standing::Newer { why: "generation" },
         _ => {}
-    }
-    if newest.fingerprint == mine.fingerprint {
-        return Standing::Newest {
-            why: newest.why.clone(),
-            since: newest.since.clone(),
-        };
     }
     if mine.object.is_some() {
         // Another Rule object (or the same generation read with another fingerprint, as

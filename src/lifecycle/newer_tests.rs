@@ -195,6 +195,13 @@ fn a_rules_generation_orders_its_versions_whatever_this_replica_loaded() {
         stand(rule("g5", "u1", 5), &[]),
         Standing::Newest { .. }
     ));
+    // The version the cluster last ran, whatever generation holds it (the last good
+    // revision serving while a later generation does not load; the same spec applied
+    // again).
+    for generation in [4, 7] {
+        let same = stand(rule("g5", "u1", generation), &[]);
+        assert!(matches!(same, Standing::Newest { .. }), "{same:?}");
+    }
 }
 
 #[test]
