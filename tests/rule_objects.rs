@@ -275,6 +275,30 @@ async fn the_webhook_refuses_a_broken_rule_and_with_ruleop_down_the_last_good_re
             && message.contains("spec.children[0].template.spec.replicas"),
         "{message}"
     );
+    // The stored broken Rule can still be managed: an annotation (its metadata alone) is
+    // admitted by the webhook serving again; an edit of its spec that is still broken is not.
+    let mut broken_again = broken.clone();
+    broken_again["spec"]["children"][0]["template"]["spec"]["replicas"] = json!("four");
+    let again = serde_json::to_string(&broken_again).unwrap();
+    eventually(T, "the webhook serves again", || async {
+        let (ok, _, _) = kubectl(&["apply", "--dry-run=server", "-f", "-"], Some(&again));
+        (!ok).then_some(())
+    })
+    .await;
+    let (ok, _, err) = kubectl(
+        &[
+            "annotate",
+            "rule",
+            &name,
+            "ruleop.dev/note=kept",
+            "--overwrite",
+        ],
+        None,
+    );
+    assert!(
+        ok,
+        "a metadata edit of a stored invalid Rule is admitted: {err}"
+    );
     kubectl_ok(
         &[
             "patch",

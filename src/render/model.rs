@@ -85,6 +85,16 @@ pub enum RenderError {
     /// The rendered child has no usable name.
     #[error("child `{child}`: metadata.name rendered to {found}, not a non-empty string")]
     BadName { child: String, found: String },
+    /// The rendered name is not a valid name for its kind (or would change the request's
+    /// path): nothing of it is sent.
+    #[error(
+        "child `{child}`: metadata.name rendered to {name:?}, not a valid name: {why}; nothing was sent for it\n  fix: make the name from values that are valid names (`| lower`, `| replace`), or check the resource's field in the kind's schema (a `pattern`)"
+    )]
+    InvalidName {
+        child: String,
+        name: String,
+        why: String,
+    },
     /// A template read a field of another child's live object that it does not have yet.
     #[error("child `{child}` waits for `{what}` (not in the cluster yet)")]
     Unobserved { child: String, what: String },

@@ -152,6 +152,15 @@ pub fn render_child(
             });
         }
     };
+    if let Some(why) =
+        super::names::invalid(super::group_of(&child.api_version), &child.kind, &name)
+    {
+        return Err(RenderError::InvalidName {
+            child: child.id.clone(),
+            name,
+            why,
+        });
+    }
     let labels = meta
         .entry("labels")
         .or_insert_with(|| Value::Object(Map::new()));

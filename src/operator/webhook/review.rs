@@ -51,12 +51,26 @@ impl Served {
 pub fn answer(review: &Value, served: &Served) -> Value {
     let request = &review["request"];
     let uid = request["uid"].clone();
+    if metadata_only(request) {
+        // An edit of its metadata alone (an annotation such as `ruleop.dev/rollout=abort`,
+        // a label, a finalizer) is always admitted: a stored Rule that no longer loads must
+        // stay manageable, and its spec is what is checked.
+        return json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "response": {"uid": uid, "allowed": true}});
+    }
     let (allowed, message) = verdict(&request["object"], &served.snapshot());
     let mut response = json!({"uid": uid, "allowed": allowed});
     if let Some(m) = message {
         response["status"] = json!({"code": 422, "reason": "Invalid", "message": m});
     }
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+}
+
+/// Whether the request is an update that leaves the Rule's spec as it was.
+fn metadata_only(request: &Value) -> bool {
+    request["operation"] == "UPDATE"
+        && request["oldObject"].is_object()
+        && request["object"]["spec"] == request["oldObject"]["spec"]
 }
 
 /// Whether the Rule may be stored, and why not: it compiles, and it watches no kind
@@ -138,6 +152,29 @@ mod tests {
         assert!(m.contains("fix:"), "{m}");
         let delete = json!({"request": {"uid": "u-2", "operation": "DELETE", "object": null}});
         assert_eq!(answer(&delete, &served)["response"]["allowed"], true);
+    }
+
+    #[test]
+    fn a_stored_invalid_rule_can_still_have_its_metadata_edited_but_not_its_spec() {
+        let served = Served::default();
+        let stored = rule(json!("three"));
+        let mut annotated = stored.clone();
+        annotated["metadata"]["annotations"] = json!({"ruleop.dev/rollout": "abort"});
+        let update = |object: &Value| {
+            json!({"request": {"uid": "u-3", "operation": "UPDATE",
+                "object": object, "oldObject": stored}})
+        };
+        let ok = answer(&update(&annotated), &served);
+        assert_eq!(ok["response"]["allowed"], true, "{ok}");
+        let mut still_broken = annotated.clone();
+        still_broken["spec"]["children"][0]["template"]["spec"]["replicas"] = json!("four");
+        let bad = answer(&update(&still_broken), &served);
+        assert_eq!(bad["response"]["allowed"], false, "{bad}");
+        let fixed = rule(json!(2));
+        assert_eq!(
+            answer(&update(&fixed), &served)["response"]["allowed"],
+            true
+        );
     }
 
     #[test]

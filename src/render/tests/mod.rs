@@ -133,15 +133,22 @@ fn hostile_strings_land_verbatim_and_never_change_the_structure() {
 }
 
 #[test]
-fn a_hostile_name_in_text_templates_stays_inside_its_string() {
+fn a_hostile_name_stays_inside_its_string_and_is_refused_as_a_name() {
     let mut cr = website_cr(json!({"image": "nginx"}));
     cr["metadata"]["name"] = json!("a\nnamespace: kube-system");
-    let out = render(&website(), &cr).unwrap();
-    assert_eq!(
-        out[0].object["metadata"]["name"],
-        json!("a\nnamespace: kube-system-web")
+    // Its text stays one string (no field is added), and as a name it is refused before
+    // any request: nothing is sent.
+    let err = render(&website(), &cr).unwrap_err().to_string();
+    assert!(
+        err.contains("child `deployment`: metadata.name rendered to \"a\\nnamespace: kube-system-web\", not a valid name")
+            && err.contains("fix:"),
+        "{err}"
     );
-    assert_eq!(out[0].object["metadata"]["namespace"], json!("team-a"));
+    for path in ["x/../../secrets/y", "x?dryRun=All"] {
+        cr["metadata"]["name"] = json!(path);
+        let err = render(&website(), &cr).unwrap_err().to_string();
+        assert!(err.contains("may not appear in a name"), "{path}: {err}");
+    }
 }
 
 #[test]
