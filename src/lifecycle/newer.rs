@@ -5,9 +5,12 @@
 //!
 //! - **A Rule object** is ordered by the cluster: the same object (uid) with a higher
 //!   generation is newer, a lower one older (a standby whose Rule watch lags behind does not
-//!   run generation 4 after generation 5 ran); another object (the Rule deleted and made
-//!   again, or a rule moved from a file to a Rule) is newer, since a new leader acts only on
-//!   Rules it has listed after it took the Lease.
+//!   run generation 4 after generation 5 ran); another object of that name is newer when it
+//!   was created after the one recorded (the Rule deleted and made again), older when
+//!   created before (a deleted one still in a lagging cache). A rule moved from a file to a
+//!   Rule is newer. A revision read back from the cluster (generation 0: it stands in while
+//!   no generation of the Rule loads) is the newest when it is the version the cluster last
+//!   ran, and otherwise runs but deletes nothing until it has been the newest for the wait.
 //! - **A rule from a file** reaches each replica on its own time (a mounted ConfigMap is
 //!   updated by each kubelet up to a minute or two apart), so it is newer when the cluster
 //!   has not seen it, when this replica itself loaded it after the newest (an edit, or a
@@ -35,11 +38,14 @@ pub enum Retire {
     Never,
 }
 
-/// The Rule object a version came from: its uid and generation (the cluster's order).
+/// The Rule object a version came from: its uid, generation and creation time (the
+/// cluster's order).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FromObject {
     pub uid: String,
     pub generation: i64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub created: String,
 }
 
 /// A version of a rule that was the newest in force, since when, and why it was taken
@@ -62,7 +68,15 @@ pub struct Version {
 #[derive(Debug, Clone, Copy)]
 pub struct Mine<'a> {
     pub fingerprint: &'a str,
-    pub object: Option<(&'a str, i64)>,
+    pub object: Option<ObjectRef<'a>>,
+}
+
+/// A Rule object as [`Mine`] holds it.
+#[derive(Debug, Clone, Copy)]
+pub struct ObjectRef<'a> {
+    pub uid: &'a str,
+    pub generation: i64,
+    pub created: &'a str,
 }
 
 /// How this replica's version of a rule stands to the versions the cluster has seen.
@@ -99,23 +113,22 @@ pub fn standing(
             since: newest.since.clone(),
         };
     }
-    let same_object = match (mine.object, &newest.object) {
-        (Some((uid, generation)), Some(o)) if o.uid == uid => Some(generation.cmp(&o.generation)),
-        _ => None,
-    };
     let older = || Standing::Older {
         newest: newest.fingerprint.clone(),
         since: newest.since.clone(),
     };
-    match same_object {
-        Some(std::cmp::Ordering::Less) => return older(),
-        Some(std::cmp::Ordering::Greater) => return Standing::Newer { why: "generation" },
-        _ => {}
-    }
-    if mine.object.is_some() {
-        // Another Rule object (or the same generation read with another fingerprint, as
-        // a new release of ruleop may compute it): the cluster's word.
-        return Standing::Newer { why: "object" };
+    if let Some(o) = mine.object {
+        return match rule_order(o, newest.object.as_ref()) {
+            Some(std::cmp::Ordering::Less) => older(),
+            Some(std::cmp::Ordering::Greater) => Standing::Newer { why: "generation" },
+            // A revision read back (generation 0) that is not the version last run: it
+            // may be older, so it deletes nothing until the wait is over.
+            _ if o.generation == 0 => Standing::Newer { why: "unseen" },
+            // Another Rule object made later, a rule moved from a file, or the same
+            // generation read with another fingerprint (as a new release of ruleop may
+            // compute it): the cluster's word.
+            _ => Standing::Newer { why: "object" },
+        };
     }
     let seen_before = log.iter().any(|v| v.fingerprint == mine.fingerprint);
     if loaded.contains(&newest.fingerprint) {
@@ -126,6 +139,24 @@ pub fn standing(
         Standing::Newer { why: "rollback" }
     } else {
         older()
+    }
+}
+
+/// How a Rule's version stands to the newest recorded one, where the cluster orders them:
+/// the same object by generation (a revision read back, generation 0, is not ordered), or
+/// another object of the name by creation time.
+fn rule_order(mine: ObjectRef, newest: Option<&FromObject>) -> Option<std::cmp::Ordering> {
+    let newest = newest?;
+    if newest.uid == mine.uid {
+        (mine.generation != 0).then(|| mine.generation.cmp(&newest.generation))
+    } else if !mine.created.is_empty() && !newest.created.is_empty() {
+        // (RFC 3339 times in UTC, as the API server writes them, order as text.)
+        match mine.created.cmp(newest.created.as_str()) {
+            std::cmp::Ordering::Less => Some(std::cmp::Ordering::Less),
+            _ => None,
+        }
+    } else {
+        None
     }
 }
 
@@ -201,9 +232,10 @@ pub fn pushed(mut log: Vec<Version>, mine: Mine, now: Timestamp, why: &str) -> V
         fingerprint: mine.fingerprint.to_string(),
         since: now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
         why: why.to_string(),
-        object: mine.object.map(|(uid, generation)| FromObject {
-            uid: uid.to_string(),
-            generation,
+        object: mine.object.map(|o| FromObject {
+            uid: o.uid.to_string(),
+            generation: o.generation,
+            created: o.created.to_string(),
         }),
     });
     let extra = log.len().saturating_sub(KEEP);

@@ -157,11 +157,22 @@ fn only_a_version_known_to_be_newer_retires_the_kinds_another_recorded() {
     );
 }
 
-/// A Rule's version: fingerprint `f`, object `uid` at `generation`.
+/// A Rule's version: fingerprint `f`, object `uid` at `generation` (every object made
+/// at `CREATED` unless [`made_at`] says otherwise).
 fn rule<'a>(f: &'a str, uid: &'a str, generation: i64) -> Mine<'a> {
+    made_at(f, uid, generation, CREATED)
+}
+
+const CREATED: &str = "2026-12-01T10:00:00Z";
+
+fn made_at<'a>(f: &'a str, uid: &'a str, generation: i64, created: &'a str) -> Mine<'a> {
     Mine {
         fingerprint: f,
-        object: Some((uid, generation)),
+        object: Some(ObjectRef {
+            uid,
+            generation,
+            created,
+        }),
     }
 }
 
@@ -198,10 +209,15 @@ fn a_rules_generation_orders_its_versions_whatever_this_replica_loaded() {
     // The version the cluster last ran, whatever generation holds it (the last good
     // revision serving while a later generation does not load; the same spec applied
     // again).
-    for generation in [4, 7] {
+    for generation in [0, 4, 7] {
         let same = stand(rule("g5", "u1", generation), &[]);
         assert!(matches!(same, Standing::Newest { .. }), "{same:?}");
     }
+    // A revision read back (generation 0) that is not the one last run is not ordered: it
+    // runs, but deletes nothing until it has been the newest for the wait.
+    let read_back = stand(rule("g3", "u1", 0), &[]);
+    assert_eq!(read_back, Standing::Newer { why: "unseen" });
+    assert_eq!(read_back.prune(at(NOW), PATIENCE), Retire::After(PATIENCE));
 }
 
 #[test]
@@ -211,13 +227,19 @@ fn another_rule_object_is_newer_and_the_log_remembers_which() {
         l[0].object,
         Some(FromObject {
             uid: "u1".into(),
-            generation: 5
+            generation: 5,
+            created: CREATED.into(),
         })
     );
-    // The Rule deleted and made again (a new uid, generation 1).
-    let again = standing(&l, rule("g1", "u2", 1), &[], at(NOW), PATIENCE);
+    // The Rule deleted and made again (a new uid, generation 1, made later).
+    let later = "2026-12-02T10:00:00Z";
+    let again = standing(&l, made_at("g1", "u2", 1, later), &[], at(NOW), PATIENCE);
     assert_eq!(again, Standing::Newer { why: "object" });
     assert_eq!(again.retire(at(NOW), PATIENCE), Retire::Now);
+    // A deleted Rule of that name, made before the one recorded, still in a lagging cache.
+    let before = "2026-11-30T10:00:00Z";
+    let stale = standing(&l, made_at("g9", "u0", 9, before), &[], at(NOW), PATIENCE);
+    assert!(matches!(stale, Standing::Older { .. }), "{stale:?}");
     // A rule moved from a Rule to a file: its files' version is unseen (it deletes only
     // after the wait).
     let moved = standing(&l, file("f1"), &[], at(NOW), PATIENCE);

@@ -106,8 +106,8 @@ impl RuleObjects {
 
     /// Waits (at most `within`) until the watch's cache holds the Rules at least as the API
     /// server gives them now: every Rule listed is in it at its listed version or later, its
-    /// status included (where a rollout stands, which Rule serves a kind); a Rule deleted
-    /// since and still cached only keeps its rule running a little longer.
+    /// status included (where a rollout stands, which Rule serves a kind), and none it no
+    /// longer lists (deleted) is still cached.
     /// A new leader acts only on Rules it has seen after taking
     /// the Lease (a standby whose watch lags would run an older generation, and take what
     /// the newer one added for an edit to undo). False when it could not tell (the list
@@ -117,8 +117,15 @@ impl RuleObjects {
         if let Some(s) = &self.selector {
             lp = lp.labels(s);
         }
-        let listed: Vec<DynamicObject> = match self.api.list(&lp).await {
-            Ok(l) => l.items.into_iter().map(|t| t.0).collect(),
+        let (listed, list_version): (Vec<DynamicObject>, Option<u64>) = match self
+            .api
+            .list(&lp)
+            .await
+        {
+            Ok(l) => (
+                l.items.into_iter().map(|t| t.0).collect(),
+                l.metadata.resource_version.and_then(|v| v.parse().ok()),
+            ),
             Err(e) => {
                 tracing::warn!(error = %e, "the Rules cannot be listed to check that this replica's view of them is current");
                 return false;
@@ -132,6 +139,23 @@ impl RuleObjects {
                     c.metadata.uid == l.metadata.uid && not_older(&c.metadata, &l.metadata)
                 })
             });
+            // A Rule the list no longer has (deleted since) is still in the cache: its
+            // deletion has not reached the watch yet.
+            // (One made since the list is newer than it: no sign of lag.)
+            let made_since = |c: &DynamicObject| {
+                let v = c
+                    .metadata
+                    .resource_version
+                    .as_deref()?
+                    .parse::<u64>()
+                    .ok()?;
+                Some(v > list_version?)
+            };
+            let gone_yet_cached = cached.iter().any(|c| {
+                !listed.iter().any(|l| l.metadata.uid == c.metadata.uid)
+                    && made_since(c) != Some(true)
+            });
+            let behind = behind || gone_yet_cached;
             if !behind {
                 return true;
             }

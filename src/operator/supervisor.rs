@@ -80,11 +80,11 @@ impl Supervisor {
         self.release_the_gone().await;
         for rule in self.desired.clone() {
             let retired = match self.running.get(&rule.name) {
-                // The same rule from the same kind of source: nothing to do. (A file's
-                // rule that becomes a Rule's restarts: it gets revisions.)
+                // The same rule from the same source: nothing to do. (A file's rule that
+                // becomes a Rule's restarts: it gets revisions; so does a Rule's new
+                // generation or object with the same spec: its standing is claimed again.)
                 Some(t)
-                    if t.rule.fingerprint == rule.fingerprint
-                        && t.rule.object.is_some() == rule.object.is_some() =>
+                    if t.rule.fingerprint == rule.fingerprint && same_object(&t.rule, &rule) =>
                 {
                     continue;
                 }
@@ -218,5 +218,15 @@ impl Supervisor {
                 })
                 .collect();
         }
+    }
+}
+
+/// Whether two versions of a rule come from the same kind of source and, for a Rule, the
+/// same object at the same generation.
+fn same_object(a: &crate::rules::CompiledRule, b: &crate::rules::CompiledRule) -> bool {
+    match (&a.object, &b.object) {
+        (None, None) => true,
+        (Some(x), Some(y)) => x.uid == y.uid && x.generation == y.generation,
+        _ => false,
     }
 }

@@ -4,7 +4,7 @@
 //! while the cluster has run a newer one.
 
 use super::inventory::{Inventory, InventoryError, key};
-use crate::lifecycle::newer::{Mine, Retire, Standing, Version, pushed, standing};
+use crate::lifecycle::newer::{Mine, ObjectRef, Retire, Standing, Version, pushed, standing};
 use crate::metrics::{Metrics, RuleLabels};
 use crate::rules::CompiledRule;
 use k8s_openapi::jiff::Timestamp;
@@ -32,7 +32,11 @@ async fn claim(
     let now = Timestamp::now();
     let mine = Mine {
         fingerprint: &rule.fingerprint,
-        object: rule.object.as_ref().map(|o| (o.uid.as_str(), o.generation)),
+        object: rule.object.as_ref().map(|o| ObjectRef {
+            uid: &o.uid,
+            generation: o.generation,
+            created: &o.created,
+        }),
     };
     let standing = standing(&log, mine, loaded, now, patience);
     if let Standing::Newer { why } = standing {

@@ -1,7 +1,7 @@
 //! A rendered name is checked before it reaches a request's path: a name from a resource's
 //! data (`{{ spec.suffix }}`) could otherwise hold `/`, `?` or `..` and address another
 //! object or endpoint. Every kind's name must be a valid path segment; the built-in kinds
-//! that require it must be a DNS-1123 subdomain, or (a Service) a DNS-1123 label.
+//! that require it must be a DNS-1123 subdomain, or (a Service) a DNS-1035 label.
 
 /// Built-in kinds whose names are DNS-1123 subdomains.
 const SUBDOMAIN: &[&str] = &[
@@ -25,7 +25,7 @@ const SUBDOMAIN: &[&str] = &[
     "ResourceQuota",
 ];
 
-/// Built-in kinds whose names are DNS-1123 labels.
+/// Built-in kinds whose names are DNS-1035 labels.
 const LABEL: &[&str] = &["Service"];
 
 /// Why `name` is not a valid name for an object of `kind` (by group and kind: only the
@@ -48,7 +48,17 @@ pub fn invalid(group: &str, kind: &str, name: &str) -> Option<String> {
         "" | "apps" | "batch" | "networking.k8s.io" | "autoscaling" | "policy"
     );
     if builtin && LABEL.contains(&kind) {
-        return dns_label(name, 63).map(|why| format!("a {kind} name must be a DNS-1123 label (lowercase letters, digits and `-`, at most 63, starting and ending with a letter or digit): {why}"));
+        let why = dns_label(name, 63).or_else(|| {
+            (!name.starts_with(|c: char| c.is_ascii_lowercase()))
+                .then(|| format!("{name:?} must start with a letter"))
+        });
+        return why.map(|why| format!("a {kind} name must be a DNS-1035 label (lowercase letters, digits and `-`, at most 63, starting with a letter and ending with a letter or digit): {why}"));
+    }
+    if builtin && kind == "CronJob" && name.len() > 52 {
+        return Some(format!(
+            "a CronJob name is at most 52 characters (its Jobs add 11): {} here",
+            name.len()
+        ));
     }
     if builtin && SUBDOMAIN.contains(&kind) {
         return subdomain(name).map(|why| format!("a {kind} name must be a DNS-1123 subdomain (lowercase letters, digits, `-` and `.`, starting and ending with a letter or digit): {why}"));
@@ -109,7 +119,9 @@ mod tests {
         assert!(invalid("", "ConfigMap", "-x").is_some());
         assert!(invalid("", "ConfigMap", "").is_some());
         let dotted = invalid("", "Service", "a.b").unwrap();
-        assert!(dotted.contains("DNS-1123 label"), "{dotted}");
+        assert!(dotted.contains("DNS-1035 label"), "{dotted}");
+        assert!(invalid("", "Service", "1web").is_some());
+        assert!(invalid("batch", "CronJob", &"a".repeat(53)).is_some());
         assert!(invalid("", "Service", &"a".repeat(64)).is_some());
         assert_eq!(invalid("", "Service", "my-blog-web"), None);
     }

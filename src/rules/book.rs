@@ -137,7 +137,8 @@ impl RuleBook {
         let Some(e) = self.objects.get_mut(name).filter(|e| e.load.uid == uid) else {
             return;
         };
-        let obj = serde_json::json!({"metadata": {"name": name, "uid": uid, "generation": 0}, "spec": spec});
+        let created = e.load.created.clone();
+        let obj = serde_json::json!({"metadata": {"name": name, "uid": uid, "generation": 0, "creationTimestamp": created}, "spec": spec});
         e.good = load_object(&obj).rule;
     }
 

@@ -140,6 +140,7 @@ pub fn load_object(obj: &Value) -> ObjectLoad {
             r.object = Some(ObjectSource {
                 uid: load.uid.clone(),
                 generation: load.generation,
+                created: load.created.clone(),
                 spec: given,
                 rollout: obj.pointer("/status/rollout").cloned(),
             });

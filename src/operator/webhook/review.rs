@@ -66,11 +66,15 @@ pub fn answer(review: &Value, served: &Served) -> Value {
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
 }
 
-/// Whether the request is an update that leaves the Rule's spec as it was.
+/// Whether the request is an update that leaves the Rule's spec and labels as they were
+/// (a label may bring an unreviewed Rule into an installation's `--rule-selector`: that
+/// is reviewed in full).
 fn metadata_only(request: &Value) -> bool {
+    let (new, old) = (&request["object"], &request["oldObject"]);
     request["operation"] == "UPDATE"
-        && request["oldObject"].is_object()
-        && request["object"]["spec"] == request["oldObject"]["spec"]
+        && old.is_object()
+        && new["spec"] == old["spec"]
+        && new["metadata"]["labels"] == old["metadata"]["labels"]
 }
 
 /// Whether the Rule may be stored, and why not: it compiles, and it watches no kind
@@ -170,6 +174,13 @@ mod tests {
         still_broken["spec"]["children"][0]["template"]["spec"]["replicas"] = json!("four");
         let bad = answer(&update(&still_broken), &served);
         assert_eq!(bad["response"]["allowed"], false, "{bad}");
+        let mut labelled = annotated.clone();
+        labelled["metadata"]["labels"] = json!({"team": "a"});
+        let bad = answer(&update(&labelled), &served);
+        assert_eq!(
+            bad["response"]["allowed"], false,
+            "a label is reviewed: {bad}"
+        );
         let fixed = rule(json!(2));
         assert_eq!(
             answer(&update(&fixed), &served)["response"]["allowed"],

@@ -69,7 +69,11 @@ impl std::fmt::Display for Identity {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectSource {
     pub uid: String,
+    /// Its generation (0: a revision read back from the cluster, standing in while no
+    /// generation of the Rule loads).
     pub generation: i64,
+    /// Its `metadata.creationTimestamp` (orders a Rule made again under the same name).
+    pub created: String,
     /// Its `spec`, as the Rule holds it (kept as a revision).
     pub spec: Arc<Value>,
     /// Its `status.rollout` when it was loaded (where a rollout stood).
