@@ -152,9 +152,11 @@ pub fn render_child(
             });
         }
     };
-    if let Some(why) =
-        super::names::invalid(super::group_of(&child.api_version), &child.kind, &name)
-    {
+    if let Some(why) = super::names::invalid(
+        super::model::group_of(&child.api_version),
+        &child.kind,
+        &name,
+    ) {
         return Err(RenderError::InvalidName {
             child: child.id.clone(),
             name,
