@@ -3,17 +3,17 @@
 //! time), on a control plane of its own with the API server's audit log. The Rule is edited
 //! (the same edits as the files' churn: kinds added and dropped mid-rollout), an earlier
 //! spec is applied again, rollouts are resumed and aborted by annotation, a second Rule on
-//! the same kind comes and goes, a resource nested too deep to decode is made, resources
-//! are edited, made and deleted, the leader is killed and fails over, the API server
-//! restarts.
+//! the same kind comes and goes, so does a Rule named as the replicas' file rule, a
+//! resource nested too deep to decode is made, resources are edited, made and deleted,
+//! the leader is killed and fails over, the API server restarts.
 //!
 //! Checked, from the audit log and the objects: ruleop writes nothing it does not own;
 //! it never deletes an object that every revision in force renders (the newest, the one a
 //! rollout comes from, the one in the Rule's status) both before and after the step it
 //! deletes in; it never deletes an orphaned child's object; the second Rule is refused
-//! and never serves; after the last step (a paused rollout resumed) every resource is
-//! `Synced` and `Ready` with exactly the children the revision in force renders; then
-//! nothing is written for a while.
+//! and never serves, and so is the one named as a file's rule; after the last step (a
+//! paused rollout resumed) every resource is `Synced` and `Ready` with exactly the
+//! children the revision in force renders; then nothing is written for a while.
 //!
 //! `RULEOP_CHURN_SEED`, `RULEOP_CHURN_STEPS` and `RULEOP_CHURN_QUIET_SECONDS` as for the
 //! files' churn test (`RULEOP_CHURN_RULES_SEED` replays this one's seed alone).
@@ -40,6 +40,9 @@ use std::time::Duration;
 
 const RULE: &str = "churn";
 const OTHER: &str = "churn-second";
+/// The rule every replica also loads from a file (the shipped WebSite rule), and so the
+/// name a Rule may not take.
+const FILE_RULE: &str = "website";
 
 /// A replica serving Rule objects.
 struct Replica {
@@ -52,7 +55,10 @@ impl Replica {
     fn start(&mut self, kc: &str) {
         self.starts += 1;
         let identity = format!("{}-{}", self.name, self.starts);
+        let file_rule = format!("{}/rules/website.yaml", env!("CARGO_MANIFEST_DIR"));
         let args = [
+            "--rules",
+            &file_rule,
             "--rule-objects=true",
             "--leader-elect",
             "--lease-namespace",
@@ -233,6 +239,7 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
     for crd in [
         "tests/fixtures/trust/crd.yaml",
         "deploy/crds/rules.ruleop.dev.yaml",
+        "deploy/crds/websites.sre.example.com.yaml",
     ] {
         cluster.kubectl(&["apply", "-f", &format!("{root}/{crd}")], None);
     }
@@ -282,12 +289,21 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     let mut keeps: BTreeSet<String> = BTreeSet::new();
     let mut second = false;
+    let mut named = false;
+    let mut named_ever = false;
     let mut deep = false;
     for step in 0..steps {
         let newest = applied.last().unwrap().clone();
         let before = expect_every(&newest, &specs, &shared_in_ns);
         let started = Timestamp::now();
-        let (kind, what): (&str, String) = match rng.usize(0..24) {
+        // (Every run has a Rule named as the files' rule, a third of the way, and a
+        // hostile resource, two thirds of the way, at least once.)
+        let pick = match rng.usize(0..24) {
+            _ if step == steps / 3 && !named_ever => 22,
+            _ if step == 2 * steps / 3 && !deep => 23,
+            p => p,
+        };
+        let (kind, what): (&str, String) = match pick {
             0..=4 => {
                 let what = shape.mutate(&mut rng);
                 applied.push(shape.text());
@@ -394,6 +410,25 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
                 cluster.wait_ready().await;
                 ("API server restarts", "restart the API server".into())
             }
+            22 => {
+                named_ever = true;
+                // A Rule named as the files' rule (on the kind the Rule serves): refused,
+                // it never writes, and the file's rule goes on.
+                if named {
+                    kubectl_at(&kc, &["delete", "rule", FILE_RULE], None);
+                } else {
+                    let text = shape.text().replace("-config", "-named");
+                    apply(&kc, &rule_object(FILE_RULE, &text));
+                }
+                named = !named;
+                (
+                    "Rules named as a file's rule",
+                    format!(
+                        "Rule {FILE_RULE} {}",
+                        if named { "applied" } else { "deleted" }
+                    ),
+                )
+            }
             21 => {
                 // A second Rule on the kind the first serves: refused, it never writes.
                 if second {
@@ -438,6 +473,21 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
     }
     if second {
         kubectl_at(&kc, &["delete", "rule", OTHER], None);
+    }
+    if named {
+        let status = get(&kc, &["get", "rule", FILE_RULE, "-o", "json"])
+            .map(|r| r["status"].clone())
+            .unwrap_or(Value::Null);
+        let accepted = status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Accepted");
+        assert!(
+            accepted.is_none_or(|c| c["status"] != "True"),
+            "seed {seed}: a Rule named as a file's rule was accepted: {status}"
+        );
+        kubectl_at(&kc, &["delete", "rule", FILE_RULE], None);
     }
     let end = Timestamp::now();
     println!("churn (Rules): {steps} steps: {counts:?}");
@@ -514,13 +564,13 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
     let seconds: Vec<String> = writes
         .iter()
         // (Its own status, saying it is refused, is ruleop's to write.)
-        .filter(|w| w.code < 400 && w.name.ends_with("-second"))
+        .filter(|w| w.code < 400 && (w.name.ends_with("-second") || w.name.ends_with("-named")))
         .filter(|w| w.resource != "events" && w.resource != "rules")
         .map(|w| format!("{} {} {}", w.verb, w.resource, w.name))
         .collect();
     assert!(
         seconds.is_empty(),
-        "seed {seed}: the second Rule, refused, wrote: {seconds:?}"
+        "seed {seed}: the second Rule or the one named as a file's rule, refused, wrote: {seconds:?}"
     );
     marks.push((end, want.clone(), want.clone(), "converging".into()));
     let wrong = wrong_deletes(&writes, &marks, 15);
