@@ -216,6 +216,23 @@ fn on(kc: &str, applied: &str) -> BTreeMap<String, Vec<Arc<CompiledRule>>> {
         .collect()
 }
 
+/// Applies Rule `name` (the current shape, its children's names ending in `suffix`) when
+/// `applied` is false, deletes it when true, and flips `applied`: a Rule that must be
+/// refused comes or goes. What was done.
+fn toggle_refused(kc: &str, name: &str, suffix: &str, shape: &Shape, applied: &mut bool) -> String {
+    if *applied {
+        kubectl_at(kc, &["delete", "rule", name], None);
+    } else {
+        let text = shape.text().replace("-config", suffix);
+        apply(kc, &rule_object(name, &text));
+    }
+    *applied = !*applied;
+    format!(
+        "Rule {name} {}",
+        if *applied { "applied" } else { "deleted" }
+    )
+}
+
 #[tokio::test]
 async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
     let seed: u64 = std::env::var("RULEOP_CHURN_RULES_SEED")
@@ -414,34 +431,13 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
                 named_ever = true;
                 // A Rule named as the files' rule (on the kind the Rule serves): refused,
                 // it never writes, and the file's rule goes on.
-                if named {
-                    kubectl_at(&kc, &["delete", "rule", FILE_RULE], None);
-                } else {
-                    let text = shape.text().replace("-config", "-named");
-                    apply(&kc, &rule_object(FILE_RULE, &text));
-                }
-                named = !named;
-                (
-                    "Rules named as a file's rule",
-                    format!(
-                        "Rule {FILE_RULE} {}",
-                        if named { "applied" } else { "deleted" }
-                    ),
-                )
+                let what = toggle_refused(&kc, FILE_RULE, "-named", &shape, &mut named);
+                ("Rules named as a file's rule", what)
             }
             21 => {
                 // A second Rule on the kind the first serves: refused, it never writes.
-                if second {
-                    kubectl_at(&kc, &["delete", "rule", OTHER], None);
-                } else {
-                    let text = shape.text().replace("-config", "-second");
-                    apply(&kc, &rule_object(OTHER, &text));
-                }
-                second = !second;
-                (
-                    "conflicting Rules",
-                    format!("second Rule {}", if second { "applied" } else { "deleted" }),
-                )
+                let what = toggle_refused(&kc, OTHER, "-second", &shape, &mut second);
+                ("conflicting Rules", what)
             }
             _ if !deep => {
                 // One resource no decoder of 128 levels reads: it fails alone.

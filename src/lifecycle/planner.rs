@@ -84,10 +84,7 @@ pub fn uncertain(d: Doubts) -> Option<&'static str> {
 
 /// Of a resource's own objects of one kind, those the revision it is on does not render
 /// (`rendered`: the names it renders of that kind).
-pub fn stale<'a>(
-    owned: Vec<DynamicObject>,
-    rendered: impl Fn(&str) -> bool + 'a,
-) -> Vec<DynamicObject> {
+pub fn stale(owned: Vec<DynamicObject>, rendered: impl Fn(&str) -> bool) -> Vec<DynamicObject> {
     owned
         .into_iter()
         .filter(|o| !o.metadata.name.as_deref().is_some_and(&rendered))

@@ -11,7 +11,7 @@ use crate::cache::discovery;
 use crate::client::Fence;
 use crate::lifecycle::kinds::retired;
 use crate::lifecycle::planner::{Removal, owned_by_rule, removal};
-pub use crate::lifecycle::{Made, Retire};
+use crate::lifecycle::{Made, Retire};
 use crate::render::{RULE_LABEL, group_of};
 use crate::rules::CompiledRule;
 use k8s_openapi::api::core::v1::ConfigMap;

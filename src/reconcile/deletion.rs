@@ -43,13 +43,19 @@ pub fn orphans_children(ctx: &Ctx) -> bool {
 /// The finalizers the resource needs (the planner decides: [`planner::finalizers`]).
 fn wanted(ctx: &Ctx, cr: &DynamicObject) -> Vec<&'static str> {
     let held = cr.finalizers().iter().any(|f| f == ORPHAN_FINALIZER);
+    let orphaning_child = orphans_children(ctx);
+    let unwatched = ctx.kinds.unwatched.get().map(|k| !k.is_empty());
     planner::finalizers(Holding {
         ordered: ctx.rule.deletion == DeletionPolicy::Ordered,
-        orphaning_child: orphans_children(ctx),
+        orphaning_child,
         held,
-        unwatched: ctx.kinds.unwatched.get().map(|k| !k.is_empty()),
-        // (Looked at only when it matters: it reads every child kind's cache.)
-        orphan_left: held && any_orphan_left(ctx, cr),
+        unwatched,
+        // (Looked at only when the answer turns on it: it reads every child kind's cache,
+        // and this runs on every reconcile.)
+        orphan_left: !orphaning_child
+            && held
+            && unwatched == Some(false)
+            && any_orphan_left(ctx, cr),
     })
 }
 
