@@ -227,11 +227,14 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
             {"apiGroups": [crate::rules::object::GROUP], "resources": [crate::rules::object::PLURAL], "verbs": ["get", "list", "patch", "watch"]},
             {"apiGroups": [crate::rules::object::GROUP], "resources": [format!("{}/status", crate::rules::object::PLURAL)], "verbs": ["patch"]},
         ]}));
-    // The Rule webhook's configuration (`--webhook-addr`), by name; an apply that
-    // creates it asks `create` too.
+    // The Rule webhook's configuration (`--webhook-addr`), by name: `deploy/webhook.yaml`
+    // ships it and ruleop writes its CA bundle; no `create` (which no `resourceNames` can
+    // narrow: it would let a leaked token register a webhook that receives every Secret).
+    // Whether a Rule's author holds the right the Rule demands is asked of the API server
+    // (SubjectAccessReviews).
     if let Some(rules) = out.last_mut().and_then(|r| r["rules"].as_array_mut()) {
         rules.push(json!({"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"], "resourceNames": [t.name], "verbs": ["get", "patch"]}));
-        rules.push(json!({"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"], "verbs": ["create"]}));
+        rules.push(json!({"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}));
     }
     out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": rule_objects},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": rule_objects}, "subjects": subject}));

@@ -7,6 +7,7 @@
 //! the kube client. Used by: `operator` (the pre-flight, before a rule with a
 //! ServiceAccount starts) and `rbac`.
 
+pub mod authority;
 pub mod review;
 
 use crate::rules::CompiledRule;

@@ -27,13 +27,27 @@ pub struct RunArgs {
     /// ...or a URL (`https://127.0.0.1:9443/validate-rules`), which wins.
     #[arg(long)]
     pub webhook_url: Option<String>,
-    /// The ValidatingWebhookConfiguration's name.
-    #[arg(long, default_value = "ruleop")]
-    pub webhook_name: String,
+    /// The ValidatingWebhookConfiguration's name (its Secret is `<name>-webhook-tls`).
+    /// Default: `ruleop`, and with `--rule-selector`, `ruleop-` and the selector
+    /// (`team=web` → `ruleop-team-web`): installations serving different Rules do not
+    /// write over each other's configuration.
+    #[arg(long)]
+    pub webhook_name: Option<String>,
     /// Serve only the Rule objects with these labels (a label selector, `team=web`): for
     /// several ruleop installations in one cluster, each with its Rules.
     #[arg(long)]
     pub rule_selector: Option<String>,
+    /// Run no rule with ruleop's own rights: a rule (file or Rule) with no `serviceAccount`
+    /// is refused, its status saying so, and the webhook refuses such a Rule at `kubectl
+    /// apply`. The per-rule install (`ruleop rbac --per-rule`) sets it.
+    #[arg(long)]
+    pub require_identity: bool,
+    /// Run rules that copy data read from a Secret (an `existing` Secret, or the watched
+    /// one) anywhere but into a Secret child: into a child of another kind or the status,
+    /// which people who may not read the Secret can read. Off: such a rule is refused,
+    /// with each place it copies to.
+    #[arg(long)]
+    pub allow_secret_reads: bool,
     /// Reconciles running at once, per rule (at least 1). Most send nothing and end at
     /// once; one that writes holds its place until the API server answers.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
@@ -111,4 +125,33 @@ pub struct RunArgs {
     /// connection silent for this long plus 10 s is dropped and re-established.
     #[arg(long, default_value_t = 290)]
     pub watch_timeout_seconds: u32,
+}
+
+impl RunArgs {
+    /// The webhook configuration's name: as given, else one per `--rule-selector`.
+    pub fn webhook_name(&self) -> String {
+        if let Some(n) = &self.webhook_name {
+            return n.clone();
+        }
+        let Some(selector) = &self.rule_selector else {
+            return "ruleop".into();
+        };
+        let mut name: String = selector
+            .to_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' })
+            .collect();
+        name = name.trim_matches('-').to_string();
+        // (A Secret name `<name>-webhook-tls` stays within 253 characters.)
+        name.truncate(200);
+        format!("ruleop-{}", name.trim_end_matches(['-', '.']))
+    }
+
+    /// The installation's policy for rules.
+    pub fn policy(&self) -> crate::rules::policy::Policy {
+        crate::rules::policy::Policy {
+            require_identity: self.require_identity,
+            allow_secret_reads: self.allow_secret_reads,
+        }
+    }
 }

@@ -111,7 +111,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let shutdown = shutdown_signal().map_err(RunError::Signal)?;
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(Health::default());
-    let mut book = RuleBook::new(args.rules.clone());
+    let mut book = RuleBook::new(args.rules.clone()).with_policy(args.policy());
     let mut last_problems = Vec::new();
     book.reload();
     // Files given that give no rule at all are a mistake to stop on, Rules or not.
@@ -207,11 +207,11 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
                 addr,
                 url: args.webhook_url.clone(),
                 service: (ns.to_string(), name.to_string()),
-                name: args.webhook_name.clone(),
+                name: args.webhook_name(),
                 namespace: args.lease_namespace.clone(),
                 selector: args.rule_selector.clone(),
             };
-            Tasks(webhook::start(cfg, process.client.clone(), fence.clone(), served.clone()).await?)
+            Tasks(webhook::start(cfg, process.client.clone(), fence.clone(), served.clone(), args.policy()).await?)
         }
         None => Tasks(Vec::new()),
     };

@@ -7,6 +7,7 @@ use super::compile::CompiledRule;
 use super::error::LoadError;
 use super::load::{collect_files, load_file};
 use super::object::{ObjectLoad, load_object, source_path};
+use super::policy::Policy;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,6 +30,8 @@ pub struct RuleBook {
     /// The Rule objects, by name: the last load of each and its last good rule.
     objects: BTreeMap<String, ObjectEntry>,
     pub problems: Vec<Problem>,
+    /// What the installation refuses (`--require-identity`, `--allow-secret-reads`).
+    policy: Policy,
 }
 
 /// One Rule object: what its current generation gave, and the last rule it gave that
@@ -60,6 +63,12 @@ impl RuleBook {
         }
     }
 
+    /// The book refusing what `policy` refuses, as errors of the rules that break it.
+    pub fn with_policy(mut self, policy: Policy) -> RuleBook {
+        self.policy = policy;
+        self
+    }
+
     pub fn paths(&self) -> &[PathBuf] {
         &self.paths
     }
@@ -82,7 +91,8 @@ impl RuleBook {
                 next.insert(e.load.name.clone(), e);
                 continue;
             }
-            let load = load_object(o);
+            let mut load = load_object(o);
+            Self::refuse_object_against_policy(&self.policy, &mut load);
             let prev = self
                 .objects
                 .get(&load.name)
@@ -134,12 +144,44 @@ impl RuleBook {
     /// The spec of the revision last in force for Rule `name` (see
     /// [`RuleBook::without_good`]), put in force until a generation compiles.
     pub fn set_fallback(&mut self, name: &str, uid: &str, spec: &serde_json::Value) {
+        let policy = self.policy;
         let Some(e) = self.objects.get_mut(name).filter(|e| e.load.uid == uid) else {
             return;
         };
         let created = e.load.created.clone();
         let obj = serde_json::json!({"metadata": {"name": name, "uid": uid, "generation": 0, "creationTimestamp": created}, "spec": spec});
-        e.good = load_object(&obj).rule;
+        let mut load = load_object(&obj);
+        Self::refuse_object_against_policy(&policy, &mut load);
+        e.good = load.rule;
+    }
+
+    /// The file's rules that break the policy, refused with their problems.
+    fn refuse_against_policy(&self, load: &mut super::load::FileLoad) {
+        let policy = self.policy;
+        let mut errors = Vec::new();
+        load.rules.retain(|r| {
+            let found = super::policy::problems(r, &policy);
+            let keep = found.is_empty();
+            errors.extend(found.into_iter().map(|(_, e)| e));
+            keep
+        });
+        load.errors.extend(errors);
+    }
+
+    /// A Rule whose rule breaks the policy: refused, each problem at its path.
+    fn refuse_object_against_policy(policy: &Policy, load: &mut ObjectLoad) {
+        let Some(rule) = &load.rule else { return };
+        let found = super::policy::problems(rule, policy);
+        if found.is_empty() {
+            return;
+        }
+        load.rule = None;
+        load.problems.extend(found.into_iter().map(|(path, e)| {
+            let text = e.to_string();
+            // (The message without the pseudo-file's location: the path says where.)
+            let message = text.split_once(": ").map_or(text.as_str(), |(_, m)| m).to_string();
+            super::object::ObjectProblem { path, message }
+        }));
     }
 
     /// Every rule name a source holds now, in force or refused (a rule whose name is not
@@ -174,7 +216,8 @@ impl RuleBook {
         };
         let mut next = BTreeMap::new();
         for f in files {
-            let load = load_file(&f);
+            let mut load = load_file(&f);
+            self.refuse_against_policy(&mut load);
             let mut rules = load.rules;
             if !load.errors.is_empty() {
                 for e in &load.errors {

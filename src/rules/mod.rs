@@ -17,6 +17,7 @@ pub mod helpers;
 pub mod lines;
 pub mod load;
 pub mod object;
+pub mod policy;
 pub mod program;
 pub mod spec;
 

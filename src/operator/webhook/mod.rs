@@ -100,7 +100,7 @@ impl Config {
                 "path": serve::PATH, "port": 443}, "caBundle": bundle}),
         };
         let mut hook = json!({
-            "name": "rules.ruleop.dev",
+            "name": HOOK,
             "clientConfig": client,
             "rules": [{"apiGroups": [crate::rules::object::GROUP], "apiVersions": ["*"],
                        "operations": ["CREATE", "UPDATE"], "resources": [crate::rules::object::PLURAL],
@@ -130,18 +130,53 @@ pub async fn start(
     client: kube::Client,
     fence: Arc<Fence>,
     served: Arc<review::Served>,
+    policy: crate::rules::policy::Policy,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, WebhookError> {
     cfg.match_labels()?;
-    let listener = serve::bind(cfg.addr)
-        .await
+    let listener = std::net::TcpListener::bind(cfg.addr)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|source| WebhookError::Listen {
             addr: cfg.addr,
             source,
         })?;
     let current = Arc::new(serve::Current::default());
-    let serving = tokio::spawn(serve::serve(listener, current.clone(), served));
+    let reviewer = Arc::new(serve::Reviewer {
+        served,
+        policy,
+        client: client.clone(),
+        at_once: tokio::sync::Semaphore::new(serve::REVIEWS_AT_ONCE),
+    });
+    // Reviews run on a runtime of their own: a burst of Rules to compile never delays the
+    // Lease's renewal or a reconcile.
+    let serving_current = current.clone();
+    std::thread::Builder::new()
+        .name("ruleop-webhook".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("ruleop-webhook")
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(error = %e, "the webhook's runtime did not start");
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => serve::serve(l, serving_current, reviewer).await,
+                    Err(e) => tracing::error!(error = %e, "the webhook cannot listen"),
+                }
+            });
+        })
+        .map_err(|source| WebhookError::Listen {
+            addr: cfg.addr,
+            source,
+        })?;
     let keeping = tokio::spawn(keep(cfg, client, fence, current));
-    Ok(vec![serving, keeping])
+    Ok(vec![keeping])
 }
 
 /// Every minute (every two seconds until it serves): the certificates renewed when due and
@@ -205,27 +240,67 @@ async fn round(
         }
     };
     if let Some(c) = &certs {
-        let vwc = cfg.configuration(&c.ca_cert)?;
-        let ar = ApiResource {
-            group: "admissionregistration.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "admissionregistration.k8s.io/v1".into(),
-            kind: "ValidatingWebhookConfiguration".into(),
-            plural: "validatingwebhookconfigurations".into(),
-        };
-        let vwcs: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        // Written only when it says something else: nothing in steady state.
-        let live = vwcs
-            .get_opt(&cfg.name)
-            .await?
-            .and_then(|o| serde_json::to_value(o).ok());
-        if live.is_none_or(|l| crate::apply::project(&vwc, &l) != vwc) {
-            let params = PatchParams::apply(crate::render::FIELD_MANAGER).force();
-            vwcs.patch(&cfg.name, &params, &Patch::Apply(&vwc)).await?;
-        }
+        configure(cfg, client, &c.ca_cert).await?;
     }
     Ok(certs)
 }
+
+/// Keeps the ValidatingWebhookConfiguration saying what `cfg` says, with `ca` as its CA
+/// bundle. Written only when it says something else (nothing in steady state). The one
+/// `deploy/` ships (`webhook.yaml`) differs only by its CA bundle: that field alone is
+/// written, so ruleop needs `patch` on that one configuration and never `create`. One that
+/// is not there is created (a local run with an admin's kubeconfig); one that says
+/// something else (another URL, another selector) is written whole.
+async fn configure(cfg: &Config, client: &kube::Client, ca: &str) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let vwc = cfg.configuration(ca)?;
+    let ar = ApiResource {
+        group: "admissionregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "admissionregistration.k8s.io/v1".into(),
+        kind: "ValidatingWebhookConfiguration".into(),
+        plural: "validatingwebhookconfigurations".into(),
+    };
+    let vwcs: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let Some(live) = vwcs
+        .get_opt(&cfg.name)
+        .await?
+        .and_then(|o| serde_json::to_value(o).ok())
+    else {
+        let obj: DynamicObject = serde_json::from_value(vwc)?;
+        return match vwcs.create(&PostParams::default(), &obj).await {
+            Err(kube::Error::Api(e)) if e.code == 403 => Err(format!(
+                "the ValidatingWebhookConfiguration {} is not there and ruleop may not create it: apply deploy/webhook.yaml (named as --webhook-name)",
+                cfg.name
+            )
+            .into()),
+            r => r.map(|_| ()).map_err(Into::into),
+        };
+    };
+    if crate::apply::project(&vwc, &live) == vwc {
+        return Ok(());
+    }
+    let mut without_ca = vwc.clone();
+    without_ca["webhooks"][0]["clientConfig"]
+        .as_object_mut()
+        .map(|c| c.remove("caBundle"));
+    let (manager, patch) = if crate::apply::project(&without_ca, &live) == without_ca {
+        let bundle = vwc["webhooks"][0]["clientConfig"]["caBundle"].clone();
+        let only_ca = json!({"apiVersion": vwc["apiVersion"], "kind": vwc["kind"],
+            "metadata": {"name": cfg.name},
+            "webhooks": [{"name": HOOK, "clientConfig": {"caBundle": bundle}}]});
+        (CA_MANAGER, only_ca)
+    } else {
+        (crate::render::FIELD_MANAGER, vwc)
+    };
+    let params = PatchParams::apply(manager).force();
+    vwcs.patch(&cfg.name, &params, &Patch::Apply(&patch)).await?;
+    Ok(())
+}
+
+/// The webhook's name in its configuration.
+const HOOK: &str = "rules.ruleop.dev";
+/// The field manager of the CA bundle alone.
+const CA_MANAGER: &str = "ruleop-webhook-ca";
 
 /// Writes the Secret holding `c`: created, or replaced if it is still the one read
 /// (another replica's write in between is a conflict: the next round reads it).

@@ -2,8 +2,10 @@
 //! `ruleop run` loads it, and refused with every problem, each at its path in the Rule,
 //! as `ruleop check` says it.
 
+use crate::access::authority::{Demand, Requester, demand};
 use crate::rules::CompiledRule;
-use crate::rules::object::load_object;
+use crate::rules::object::{ObjectLoad, load_object};
+use crate::rules::policy::Policy;
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
 
@@ -47,23 +49,67 @@ impl Served {
     }
 }
 
-/// The AdmissionReview answering `review`, given the kinds served now.
-pub fn answer(review: &Value, served: &Served) -> Value {
+/// The answer to a review, before its author's right is asked.
+#[derive(Debug)]
+pub struct Answer {
+    /// The AdmissionReview to send if the author holds the right (or none is asked).
+    pub review: Value,
+    /// The author and the right their Rule demands (see [`crate::access::authority`]).
+    pub ask: Option<(Option<Requester>, Demand)>,
+}
+
+/// The AdmissionReview answering `review`, given the kinds served now and the policy: a
+/// Rule that loads is admitted only once its author is found to hold [`Answer::ask`].
+pub fn answer(review: &Value, served: &Served, policy: &Policy) -> Answer {
     let request = &review["request"];
     let uid = request["uid"].clone();
-    if metadata_only(request) {
+    if metadata_only(request) || !request["object"].is_object() {
         // An edit of its metadata alone (an annotation such as `ruleop.dev/rollout=abort`,
-        // a label, a finalizer) is always admitted: a stored Rule that no longer loads must
-        // stay manageable, and its spec is what is checked.
-        return json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "response": {"uid": uid, "allowed": true}});
+        // a finalizer) is always admitted: a stored Rule that no longer loads must stay
+        // manageable, and its spec is what is checked. (A delete has no object.)
+        return Answer {
+            review: allowed(&uid),
+            ask: None,
+        };
     }
-    let (allowed, message) = verdict(&request["object"], &served.snapshot());
-    let mut response = json!({"uid": uid, "allowed": allowed});
-    if let Some(m) = message {
-        response["status"] = json!({"code": 422, "reason": "Invalid", "message": m});
+    let object = &request["object"];
+    let load = load_object(object);
+    match verdict(&load, &served.snapshot(), policy) {
+        Some(message) => Answer {
+            review: refused(&uid, 422, "Invalid", &message),
+            ask: None,
+        },
+        None => Answer {
+            review: allowed(&uid),
+            ask: Some((
+                Requester::from_user_info(&request["userInfo"]),
+                demand(&load.name, load.rule.as_ref().and_then(|r| r.identity.as_ref())),
+            )),
+        },
     }
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+}
+
+fn allowed(uid: &Value) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "response": {"uid": uid, "allowed": true}})
+}
+
+/// A refusal of the request `uid`, with `message`.
+pub fn refused(uid: &Value, code: u16, reason: &str, message: &str) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "response": {"uid": uid, "allowed": false,
+            "status": {"code": code, "reason": reason, "message": message}}})
+}
+
+/// The answer once the author's right is known: refused, naming what they lack.
+pub fn forbidden(review: &Value, name: &str, why: &str) -> Value {
+    let message = format!("Rule {name:?} is refused by ruleop: {why}");
+    refused(
+        &review["request"]["uid"],
+        403,
+        "Forbidden",
+        &crate::status::verdict::bounded([message.as_str()]),
+    )
 }
 
 /// Whether the request is an update that leaves the Rule's spec and labels as they were
@@ -77,14 +123,9 @@ fn metadata_only(request: &Value) -> bool {
         && new["metadata"]["labels"] == old["metadata"]["labels"]
 }
 
-/// Whether the Rule may be stored, and why not: it compiles, and it watches no kind
-/// another rule serves.
-fn verdict(rule: &Value, served: &[Serving]) -> (bool, Option<String>) {
-    // A delete has no object: nothing to check.
-    if !rule.is_object() {
-        return (true, None);
-    }
-    let load = load_object(rule);
+/// Why the Rule may not be stored, if it may not: it compiles, the installation's policy
+/// allows it, and it watches no kind another rule serves.
+fn verdict(load: &ObjectLoad, served: &[Serving], policy: &Policy) -> Option<String> {
     let mut problems: Vec<String> = load.problems.iter().map(ToString::to_string).collect();
     // (Served entries of this Rule itself are its own edit.)
     let own = crate::rules::object::source_path(&load.name)
@@ -99,6 +140,15 @@ fn verdict(rule: &Value, served: &[Serving]) -> (bool, Option<String>) {
             load.name, file.source
         ));
     }
+    if let Some(r) = &load.rule {
+        problems.extend(crate::rules::policy::problems(r, policy).into_iter().map(
+            |(path, e)| {
+                let text = e.to_string();
+                let m = text.split_once(": ").map_or(text.as_str(), |(_, m)| m);
+                format!("{path}: {m}")
+            },
+        ));
+    }
     if let Some(r) = &load.rule
         && let Some(other) = served
             .iter()
@@ -110,7 +160,7 @@ fn verdict(rule: &Value, served: &[Serving]) -> (bool, Option<String>) {
         ));
     }
     if problems.is_empty() {
-        return (true, None);
+        return None;
     }
     let message = format!(
         "Rule {:?} is refused by ruleop ({} problem(s)):\n{}",
@@ -118,10 +168,7 @@ fn verdict(rule: &Value, served: &[Serving]) -> (bool, Option<String>) {
         problems.len(),
         problems.join("\n")
     );
-    (
-        false,
-        Some(crate::status::verdict::bounded([message.as_str()])),
-    )
+    Some(crate::status::verdict::bounded([message.as_str()]))
 }
 
 #[cfg(test)]
@@ -146,16 +193,16 @@ mod tests {
     #[test]
     fn a_valid_rule_is_allowed_and_an_invalid_one_refused_naming_each_path() {
         let served = Served::default();
-        let ok = answer(&review(rule(json!(2))), &served);
+        let ok = answer(&review(rule(json!(2))), &served, &Policy::default()).review;
         assert_eq!(ok["response"], json!({"uid": "u-1", "allowed": true}));
-        let bad = answer(&review(rule(json!("three"))), &served);
+        let bad = answer(&review(rule(json!("three"))), &served, &Policy::default()).review;
         assert_eq!(bad["response"]["allowed"], false);
         assert_eq!(bad["response"]["uid"], "u-1");
         let m = bad["response"]["status"]["message"].as_str().unwrap();
         assert!(m.contains("spec.children[0].template.spec.replicas"), "{m}");
         assert!(m.contains("fix:"), "{m}");
         let delete = json!({"request": {"uid": "u-2", "operation": "DELETE", "object": null}});
-        assert_eq!(answer(&delete, &served)["response"]["allowed"], true);
+        assert_eq!(answer(&delete, &served, &Policy::default()).review["response"]["allowed"], true);
     }
 
     #[test]
@@ -168,22 +215,22 @@ mod tests {
             json!({"request": {"uid": "u-3", "operation": "UPDATE",
                 "object": object, "oldObject": stored}})
         };
-        let ok = answer(&update(&annotated), &served);
+        let ok = answer(&update(&annotated), &served, &Policy::default()).review;
         assert_eq!(ok["response"]["allowed"], true, "{ok}");
         let mut still_broken = annotated.clone();
         still_broken["spec"]["children"][0]["template"]["spec"]["replicas"] = json!("four");
-        let bad = answer(&update(&still_broken), &served);
+        let bad = answer(&update(&still_broken), &served, &Policy::default()).review;
         assert_eq!(bad["response"]["allowed"], false, "{bad}");
         let mut labelled = annotated.clone();
         labelled["metadata"]["labels"] = json!({"team": "a"});
-        let bad = answer(&update(&labelled), &served);
+        let bad = answer(&update(&labelled), &served, &Policy::default()).review;
         assert_eq!(
             bad["response"]["allowed"], false,
             "a label is reviewed: {bad}"
         );
         let fixed = rule(json!(2));
         assert_eq!(
-            answer(&update(&fixed), &served)["response"]["allowed"],
+            answer(&update(&fixed), &served, &Policy::default()).review["response"]["allowed"],
             true
         );
     }
@@ -198,7 +245,7 @@ mod tests {
             source: format!("Rule/{rule}"),
         };
         *served.0.write().unwrap() = vec![serving("site")];
-        let bad = answer(&review(rule(json!(2))), &served);
+        let bad = answer(&review(rule(json!(2))), &served, &Policy::default()).review;
         assert_eq!(bad["response"]["allowed"], false, "{bad}");
         let m = bad["response"]["status"]["message"].as_str().unwrap();
         assert!(
@@ -207,14 +254,14 @@ mod tests {
         );
         // The serving rule's own edit is allowed.
         *served.0.write().unwrap() = vec![serving("web")];
-        let ok = answer(&review(rule(json!(2))), &served);
+        let ok = answer(&review(rule(json!(2))), &served, &Policy::default()).review;
         assert_eq!(ok["response"]["allowed"], true, "{ok}");
         // A Rule named as a file's rule is refused, whatever it watches.
         let mut file = serving("web");
         file.source = "/etc/ruleop/rules/web.yaml".into();
         file.resource = "others".into();
         *served.0.write().unwrap() = vec![file];
-        let bad = answer(&review(rule(json!(2))), &served);
+        let bad = answer(&review(rule(json!(2))), &served, &Policy::default()).review;
         let m = bad["response"]["status"]["message"].as_str().unwrap();
         assert!(
             m.contains("is served from /etc/ruleop/rules/web.yaml"),

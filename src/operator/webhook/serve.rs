@@ -7,8 +7,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 /// The path the API server posts Rule reviews to.
 pub const PATH: &str = "/validate-rules";
@@ -50,17 +50,25 @@ impl ResolvesServerCert for Current {
     }
 }
 
-/// Binds `addr` (before anything else, so a port that is taken fails the start).
-pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr).await
+/// What a review needs: the kinds served, the installation's policy, and a client to ask
+/// the API server whether a Rule's author holds the right it demands.
+pub struct Reviewer {
+    pub served: Arc<super::review::Served>,
+    pub policy: crate::rules::policy::Policy,
+    pub client: kube::Client,
+    /// Reviews under way at once (each compiles a Rule of up to 1 MiB).
+    pub at_once: tokio::sync::Semaphore,
 }
 
+/// Reviews compiling at once; connections open at once.
+pub const REVIEWS_AT_ONCE: usize = 4;
+const CONNECTIONS_AT_ONCE: usize = 64;
+/// How long a review waits for its turn before it is refused as busy (the API server
+/// waits 5 s: `timeoutSeconds`).
+const WAIT_FOR_TURN: Duration = Duration::from_secs(3);
+
 /// Serves until the task is dropped.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    current: Arc<Current>,
-    served: Arc<super::review::Served>,
-) {
+pub async fn serve(listener: tokio::net::TcpListener, current: Arc<Current>, reviewer: Arc<Reviewer>) {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = match rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -72,18 +80,25 @@ pub async fn serve(
         }
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let connections = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_AT_ONCE));
     loop {
+        let Ok(slot) = connections.clone().acquire_owned().await else {
+            return;
+        };
         let Ok((tcp, _)) = listener.accept().await else {
             continue;
         };
         let acceptor = acceptor.clone();
-        let served = served.clone();
+        let reviewer = reviewer.clone();
         tokio::spawn(async move {
-            let Ok(tls) = acceptor.accept(tcp).await else {
+            let _slot = slot;
+            let Ok(Ok(tls)) = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await else {
                 return;
             };
-            let service = hyper::service::service_fn(move |req| handle(req, served.clone()));
+            let service = hyper::service::service_fn(move |req| handle(req, reviewer.clone()));
             if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
                 .serve_connection(TokioIo::new(tls), service)
                 .await
             {
@@ -105,7 +120,7 @@ fn reply(code: StatusCode, body: String) -> Response<Full<Bytes>> {
 
 async fn handle(
     req: Request<Incoming>,
-    served: Arc<super::review::Served>,
+    reviewer: Arc<Reviewer>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     if req.method() != hyper::Method::POST || req.uri().path() != PATH {
         return Ok(reply(StatusCode::NOT_FOUND, "{}".into()));
@@ -117,6 +132,43 @@ async fn handle(
     let Ok(review) = serde_json::from_slice::<serde_json::Value>(&body) else {
         return Ok(reply(StatusCode::BAD_REQUEST, "{}".into()));
     };
-    let answer = super::review::answer(&review, &served);
+    let answer = review_one(&review, &reviewer).await;
     Ok(reply(StatusCode::OK, answer.to_string()))
+}
+
+/// The answer to one review: refused as busy if its turn does not come in time (never
+/// admitted unchecked), else checked, then its author's right asked.
+async fn review_one(review: &serde_json::Value, reviewer: &Reviewer) -> serde_json::Value {
+    let uid = &review["request"]["uid"];
+    let Ok(Ok(_turn)) = tokio::time::timeout(WAIT_FOR_TURN, reviewer.at_once.acquire()).await
+    else {
+        return super::review::refused(
+            uid,
+            429,
+            "TooManyRequests",
+            "ruleop is reviewing as many Rules as it takes at once; apply again in a moment",
+        );
+    };
+    let answer = super::review::answer(review, &reviewer.served, &reviewer.policy);
+    let Some((who, demand)) = answer.ask else {
+        return answer.review;
+    };
+    let name = review["request"]["object"]["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default();
+    let Some(who) = who else {
+        return super::review::forbidden(review, name, "the request names no user to check");
+    };
+    match crate::access::authority::denied(&reviewer.client, &who, &demand).await {
+        Ok(None) => answer.review,
+        Ok(Some(why)) => {
+            tracing::info!(rule = %name, user = %who.user, verb = %demand.verb, "Rule refused: its author lacks the right it demands");
+            super::review::forbidden(review, name, &why)
+        }
+        Err(e) => super::review::forbidden(
+            review,
+            name,
+            &format!("whether {} may write it could not be asked of the API server ({e}); apply again", who.user),
+        ),
+    }
 }
