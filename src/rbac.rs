@@ -272,6 +272,23 @@ mod tests {
     }
 
     #[test]
+    fn ruleop_may_not_create_webhook_configurations_and_writes_its_own_by_name() {
+        let rules = vec![crate::rules::testing::rule(
+            "name: w\nwatch: {group: x.io, version: v1, resource: ws}\nchildren:\n  - id: c\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ name }}\"}}\n",
+        )];
+        let all = manifests(&rules, &target());
+        let hooks: Vec<&Value> = all
+            .iter()
+            .filter_map(|o| o["rules"].as_array())
+            .flatten()
+            .filter(|r| r["resources"].to_string().contains("webhookconfigurations"))
+            .collect();
+        assert_eq!(hooks.len(), 1, "{hooks:?}");
+        assert_eq!(hooks[0]["verbs"], json!(["get", "patch"]));
+        assert_eq!(hooks[0]["resourceNames"], json!(["ruleop"]));
+    }
+
+    #[test]
     fn the_website_rule_needs_exactly_its_kinds() {
         let (rules, errors) = crate::rules::load_str(
             include_str!("../rules/website.yaml"),

@@ -476,6 +476,7 @@ fn the_per_rule_form_of_deploy_is_generated_from_the_shipped_rules() {
     let deploy = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
     let args = deploy["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
     assert!(!args.contains("--rules"), "{args}");
+    assert!(args.contains("--require-identity"), "{args}");
     let rules: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "Rule").collect();
     assert_eq!(rules.len(), 2);
     assert!(

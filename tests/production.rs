@@ -471,6 +471,8 @@ async fn deploy_applies_cleanly_and_the_operators_pods_are_scheduled() {
         "configmap",
         "deployment",
         "poddisruptionbudget",
+        "validatingwebhookconfiguration",
+        "validatingadmissionpolicy",
     ] {
         assert!(out.contains(kind), "{kind} missing from:\n{out}");
     }
@@ -505,6 +507,19 @@ async fn deploy_applies_cleanly_and_the_operators_pods_are_scheduled() {
             "ruleop",
             "-n",
             "ruleop-system",
+            "--wait=false",
+        ],
+        None,
+    );
+    // The shared control plane's other tests write Rules and pins as its admin: the
+    // shipped webhook (no ruleop serves it here) and policies go.
+    kubectl_ok(
+        &[
+            "delete",
+            "-f",
+            &format!("{root}/deploy/webhook.yaml"),
+            "-f",
+            &format!("{root}/deploy/admission-policy.yaml"),
             "--wait=false",
         ],
         None,

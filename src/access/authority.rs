@@ -35,7 +35,11 @@ impl Requester {
         let user = info["username"].as_str().filter(|u| !u.is_empty())?;
         let strings = |v: &Value| -> Vec<String> {
             v.as_array()
-                .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(str::to_string))
+                        .collect()
+                })
                 .unwrap_or_default()
         };
         Some(Requester {
@@ -147,10 +151,18 @@ mod tests {
             (d.resource.as_str(), d.verb.as_str(), d.namespace.as_deref()),
             ("serviceaccounts", "impersonate", Some("team-a"))
         );
-        assert!(d.refusal("alice").contains("alice may not impersonate ServiceAccount team-a/web"));
+        assert!(
+            d.refusal("alice")
+                .contains("alice may not impersonate ServiceAccount team-a/web")
+        );
         let d = demand("site", None);
         assert_eq!(
-            (d.group.as_str(), d.resource.as_str(), d.verb.as_str(), d.name.as_str()),
+            (
+                d.group.as_str(),
+                d.resource.as_str(),
+                d.verb.as_str(),
+                d.name.as_str()
+            ),
             ("ruleop.dev", "rules", "escalate", "site")
         );
         assert!(d.refusal("alice").contains("fix: add `serviceAccount:"));

@@ -139,7 +139,13 @@ impl RunArgs {
         let mut name: String = selector
             .to_lowercase()
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' {
+                    c
+                } else {
+                    '-'
+                }
+            })
             .collect();
         name = name.trim_matches('-').to_string();
         // (A Secret name `<name>-webhook-tls` stays within 253 characters.)

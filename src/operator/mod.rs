@@ -211,7 +211,16 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
                 namespace: args.lease_namespace.clone(),
                 selector: args.rule_selector.clone(),
             };
-            Tasks(webhook::start(cfg, process.client.clone(), fence.clone(), served.clone(), args.policy()).await?)
+            Tasks(
+                webhook::start(
+                    cfg,
+                    process.client.clone(),
+                    fence.clone(),
+                    served.clone(),
+                    args.policy(),
+                )
+                .await?,
+            )
         }
         None => Tasks(Vec::new()),
     };

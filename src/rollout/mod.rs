@@ -67,6 +67,10 @@ pub struct Progress {
     /// The resources that failed the step, and why (at most 20).
     #[serde(default)]
     pub failed: Vec<String>,
+    /// How many resources pin a revision (`ruleop.dev/revision`): the rollout does not
+    /// move them.
+    #[serde(default)]
+    pub pinned: usize,
 }
 
 impl Progress {
@@ -216,6 +220,7 @@ pub fn start(
         total: 0,
         message: format!("rolling out revision {newest} from revision {from}"),
         failed: Vec::new(),
+        pinned: 0,
     })
 }
 
@@ -251,6 +256,7 @@ pub fn evaluate(
 ) -> Progress {
     let mut next = p.clone();
     next.total = resources.len();
+    next.pinned = resources.iter().filter(|r| r.pinned.is_some()).count();
     let on_new = |r: &Resource| r.revision == Some(p.revision);
     next.updated = resources.iter().filter(|r| on_new(r) && r.ready).count();
     if p.phase != Phase::Progressing {

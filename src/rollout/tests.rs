@@ -249,3 +249,22 @@ fn a_resource_reads_its_revision_readiness_failure_and_pin() {
     stale["metadata"]["generation"] = 4.into();
     assert!(!Resource::of(&stale).ready, "Ready for an older generation");
 }
+
+#[test]
+fn pinned_resources_are_counted_and_left_out_of_the_steps() {
+    let r = rollout(OnFailure::Pause);
+    let mut fleet = fleet(10);
+    fleet[0].pinned = Some(1);
+    fleet[1].pinned = Some(1);
+    let p = evaluate(
+        &start(None, 2, Some(1), Some(&r), t(T0)).unwrap(),
+        &r,
+        &fleet,
+        t(T0),
+    );
+    assert_eq!((p.pinned, p.total), (2, 10));
+    assert!(
+        fleet[..2].iter().all(|f| choose(Some(&p), 2, f) == 1),
+        "a pinned resource stays on its revision"
+    );
+}

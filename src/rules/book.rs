@@ -179,7 +179,10 @@ impl RuleBook {
         load.problems.extend(found.into_iter().map(|(path, e)| {
             let text = e.to_string();
             // (The message without the pseudo-file's location: the path says where.)
-            let message = text.split_once(": ").map_or(text.as_str(), |(_, m)| m).to_string();
+            let message = text
+                .split_once(": ")
+                .map_or(text.as_str(), |(_, m)| m)
+                .to_string();
             super::object::ObjectProblem { path, message }
         }));
     }

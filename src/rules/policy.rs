@@ -29,8 +29,15 @@ pub struct SecretFlow {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Into {
-    Child { index: usize, id: String, kind: String },
-    Status { index: usize, name: String },
+    Child {
+        index: usize,
+        id: String,
+        kind: String,
+    },
+    Status {
+        index: usize,
+        name: String,
+    },
 }
 
 impl SecretFlow {
@@ -107,8 +114,14 @@ pub fn secret_flows(rule: &CompiledRule) -> Vec<SecretFlow> {
                 from: super::compile::Source::Child(c),
                 text,
                 ..
-            } => vec![format!("children.{}.{}", rule.children[*c].id, text.trim_start_matches("$.")) ],
-            FieldSource::Path { text, .. } => vec![format!("self.{}", text.trim_start_matches("$."))],
+            } => vec![format!(
+                "children.{}.{}",
+                rule.children[*c].id,
+                text.trim_start_matches("$.")
+            )],
+            FieldSource::Path { text, .. } => {
+                vec![format!("self.{}", text.trim_start_matches("$."))]
+            }
         };
         let from = secret_reads(&paths, &[], &sources, watches_secrets);
         if !from.is_empty() {
@@ -161,7 +174,10 @@ fn node_paths(
         Node::Seq(items) => items.iter().for_each(|i| node_paths(rule, i, paths, loops)),
         Node::Each(b) => {
             let (each, node) = b.as_ref();
-            loops.push((rule.program.expression_paths(&each.over), each.var.to_string()));
+            loops.push((
+                rule.program.expression_paths(&each.over),
+                each.var.to_string(),
+            ));
             node_paths(rule, node, paths, loops);
         }
     }
@@ -198,7 +214,9 @@ fn secret_reads(
     }
     if watches_secrets
         && paths.iter().any(|p| {
-            ["data", "stringData", "spec"].iter().any(|h| reads_data(p, h) || p == h)
+            ["data", "stringData", "spec"]
+                .iter()
+                .any(|h| reads_data(p, h) || p == h)
                 || reads_data(p, "self")
         })
     {
@@ -283,7 +301,11 @@ mod tests {
             matches!(&flows[0].into, Into::Child { id, .. } if id == "leak"),
             "{flows:?}"
         );
-        assert_eq!(flows[0].from, vec!["rendered.copy".to_string()], "{flows:?}");
+        assert_eq!(
+            flows[0].from,
+            vec!["rendered.copy".to_string()],
+            "{flows:?}"
+        );
         assert!(matches!(&flows[1].into, Into::Status { name, .. } if name == "password"));
         assert_eq!(flows[1].path(), "spec.status.fields[0]");
         let refused = problems(&r, &Policy::default());
@@ -321,7 +343,11 @@ mod tests {
     fn a_rule_watching_secrets_copies_them_where_it_reads_past_their_metadata() {
         let text = "name: s\nwatch: {group: '', version: v1, resource: secrets}\nchildren:\n  - id: cm\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {name: \"{{ name }}\"}\nstatus:\n  fields:\n    - name: copied\n      type: string\n      value: self.data.x\n";
         let flows = secret_flows(&rule(text));
-        assert_eq!(flows.len(), 1, "only the status reads past the name: {flows:?}");
+        assert_eq!(
+            flows.len(),
+            1,
+            "only the status reads past the name: {flows:?}"
+        );
         assert_eq!(flows[0].from, vec!["the watched Secret".to_string()]);
     }
 }

@@ -39,6 +39,12 @@ pub struct RuleSpec {
     /// one before is Ready (a Rule object only: a rules file has no revisions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutSpec>,
+    /// Whether a resource may pin a revision of the Rule (the annotation
+    /// `ruleop.dev/revision`): `Allowed` (the default; the ValidatingAdmissionPolicy in
+    /// `deploy/` lets only those with `update` on `rules/pin` set it) or `Disabled` (the
+    /// annotation is ignored: every resource takes the rollout's revision).
+    #[serde(default)]
+    pub pins: Pins,
     /// How many revisions of a Rule object are kept (ControllerRevisions); default 10.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision_history_limit: Option<u32>,
@@ -84,6 +90,16 @@ pub struct RolloutStep {
     /// This share of the resources, rounded up (1 to 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub percent: Option<u32>,
+}
+
+/// Whether resources may pin a revision (`pins`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
+pub enum Pins {
+    #[default]
+    Allowed,
+    Disabled,
 }
 
 /// What a failed rollout step does (`rollout.onFailure`).

@@ -519,6 +519,7 @@ async fn run(
     let choose = history.as_ref().map(|h| {
         Arc::new(rollout::RolloutChoose {
             newest: h.current,
+            pins: rule.pins == crate::rules::spec::Pins::Allowed,
             progress: std::sync::RwLock::new(progress.clone()),
         })
     });

@@ -22,6 +22,8 @@ use tokio::sync::{mpsc, watch};
 /// Which revision a resource gets while a rollout runs (or pins one).
 pub(super) struct RolloutChoose {
     pub newest: i64,
+    /// Whether a resource's pin is honoured (the Rule's `pins`).
+    pub pins: bool,
     pub progress: RwLock<Option<Progress>>,
 }
 
@@ -32,7 +34,8 @@ impl Choose for RolloutChoose {
             .annotations
             .as_ref()
             .and_then(|a| a.get(PIN))
-            .and_then(|p| p.trim().parse().ok());
+            .and_then(|p| p.trim().parse().ok())
+            .filter(|_| self.pins);
         let progress = self.progress.read().ok()?;
         let rolling = progress
             .as_ref()
@@ -252,6 +255,12 @@ impl Driver {
             // (One ruleop cannot read takes no part: it would never be Ready.)
             .filter(|v| v.get(crate::cache::tolerant::UNDECODABLE).is_none())
             .map(|v| Resource::of(&v))
+            .map(|mut r| {
+                if !self.choose.pins {
+                    r.pinned = None;
+                }
+                r
+            })
             .collect();
         let next = rollout::evaluate(&p, &self.rollout, &resources, now);
         if next != p {

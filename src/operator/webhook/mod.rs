@@ -251,7 +251,11 @@ async fn round(
 /// written, so ruleop needs `patch` on that one configuration and never `create`. One that
 /// is not there is created (a local run with an admin's kubeconfig); one that says
 /// something else (another URL, another selector) is written whole.
-async fn configure(cfg: &Config, client: &kube::Client, ca: &str) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+async fn configure(
+    cfg: &Config,
+    client: &kube::Client,
+    ca: &str,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let vwc = cfg.configuration(ca)?;
     let ar = ApiResource {
         group: "admissionregistration.k8s.io".into(),
@@ -293,7 +297,8 @@ async fn configure(cfg: &Config, client: &kube::Client, ca: &str) -> Result<(), 
         (crate::render::FIELD_MANAGER, vwc)
     };
     let params = PatchParams::apply(manager).force();
-    vwcs.patch(&cfg.name, &params, &Patch::Apply(&patch)).await?;
+    vwcs.patch(&cfg.name, &params, &Patch::Apply(&patch))
+        .await?;
     Ok(())
 }
 
@@ -328,4 +333,35 @@ async fn write_secret(
         api.create(&PostParams::default(), &s).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployed() -> Config {
+        Config {
+            addr: "0.0.0.0:9443".parse().unwrap(),
+            url: None,
+            service: ("ruleop-system".into(), "ruleop-webhook".into()),
+            name: "ruleop".into(),
+            namespace: "ruleop-system".into(),
+            selector: None,
+        }
+    }
+
+    #[test]
+    fn the_shipped_configuration_is_what_ruleop_writes_but_its_ca_bundle() {
+        let mut want = deployed().configuration("CA").unwrap();
+        want["webhooks"][0]["clientConfig"]
+            .as_object_mut()
+            .unwrap()
+            .remove("caBundle");
+        let shipped: Value =
+            serde_yaml::from_str(include_str!("../../../deploy/webhook.yaml")).unwrap();
+        assert_eq!(
+            shipped, want,
+            "deploy/webhook.yaml says something else than ruleop writes"
+        );
+    }
 }

@@ -83,7 +83,10 @@ pub fn answer(review: &Value, served: &Served, policy: &Policy) -> Answer {
             review: allowed(&uid),
             ask: Some((
                 Requester::from_user_info(&request["userInfo"]),
-                demand(&load.name, load.rule.as_ref().and_then(|r| r.identity.as_ref())),
+                demand(
+                    &load.name,
+                    load.rule.as_ref().and_then(|r| r.identity.as_ref()),
+                ),
             )),
         },
     }
@@ -141,13 +144,15 @@ fn verdict(load: &ObjectLoad, served: &[Serving], policy: &Policy) -> Option<Str
         ));
     }
     if let Some(r) = &load.rule {
-        problems.extend(crate::rules::policy::problems(r, policy).into_iter().map(
-            |(path, e)| {
-                let text = e.to_string();
-                let m = text.split_once(": ").map_or(text.as_str(), |(_, m)| m);
-                format!("{path}: {m}")
-            },
-        ));
+        problems.extend(
+            crate::rules::policy::problems(r, policy)
+                .into_iter()
+                .map(|(path, e)| {
+                    let text = e.to_string();
+                    let m = text.split_once(": ").map_or(text.as_str(), |(_, m)| m);
+                    format!("{path}: {m}")
+                }),
+        );
     }
     if let Some(r) = &load.rule
         && let Some(other) = served
@@ -202,7 +207,10 @@ mod tests {
         assert!(m.contains("spec.children[0].template.spec.replicas"), "{m}");
         assert!(m.contains("fix:"), "{m}");
         let delete = json!({"request": {"uid": "u-2", "operation": "DELETE", "object": null}});
-        assert_eq!(answer(&delete, &served, &Policy::default()).review["response"]["allowed"], true);
+        assert_eq!(
+            answer(&delete, &served, &Policy::default()).review["response"]["allowed"],
+            true
+        );
     }
 
     #[test]

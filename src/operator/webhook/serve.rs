@@ -68,7 +68,11 @@ const CONNECTIONS_AT_ONCE: usize = 64;
 const WAIT_FOR_TURN: Duration = Duration::from_secs(3);
 
 /// Serves until the task is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, current: Arc<Current>, reviewer: Arc<Reviewer>) {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    current: Arc<Current>,
+    reviewer: Arc<Reviewer>,
+) {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = match rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -92,7 +96,9 @@ pub async fn serve(listener: tokio::net::TcpListener, current: Arc<Current>, rev
         let reviewer = reviewer.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            let Ok(Ok(tls)) = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await else {
+            let Ok(Ok(tls)) =
+                tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
+            else {
                 return;
             };
             let service = hyper::service::service_fn(move |req| handle(req, reviewer.clone()));
@@ -168,7 +174,10 @@ async fn review_one(review: &serde_json::Value, reviewer: &Reviewer) -> serde_js
         Err(e) => super::review::forbidden(
             review,
             name,
-            &format!("whether {} may write it could not be asked of the API server ({e}); apply again", who.user),
+            &format!(
+                "whether {} may write it could not be asked of the API server ({e}); apply again",
+                who.user
+            ),
         ),
     }
 }

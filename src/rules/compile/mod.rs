@@ -161,6 +161,7 @@ pub fn compile(
             deletion: spec.deletion,
             crd,
             rollout,
+            pins: spec.pins,
             history_limit: spec
                 .revision_history_limit
                 .map_or(DEFAULT_HISTORY, |n| n as usize),

@@ -39,6 +39,8 @@ pub struct CompiledRule {
     pub rollout: Option<super::rollout::Rollout>,
     /// How many revisions of a Rule object are kept.
     pub history_limit: usize,
+    /// Whether a resource's `ruleop.dev/revision` is honoured.
+    pub pins: crate::rules::spec::Pins,
     /// The Rule object the rule came from; None for a rule from a file.
     pub object: Option<ObjectSource>,
     /// The ServiceAccount the rule runs as; None: ruleop's own account.
