@@ -203,6 +203,22 @@ pub(super) struct CheckArgs {
     /// the API server or its admission webhooks refuse is an error at the template's line.
     #[arg(long, requires = "against_cluster")]
     pub(super) sample: Vec<PathBuf>,
+    /// With --against-cluster: check, as `ruleop run`'s webhook does, that this user may
+    /// write each rule as a Rule (impersonate its `serviceAccount`, or `escalate` on the
+    /// Rule for one with none), asked of the API server (SubjectAccessReviews).
+    #[arg(long = "as", value_name = "USER", requires = "against_cluster")]
+    pub(super) as_user: Option<String>,
+    /// With --as: a group of the user (repeat for more).
+    #[arg(long = "as-group", value_name = "GROUP", requires = "as_user")]
+    pub(super) as_group: Vec<String>,
+    /// Check as `ruleop run --require-identity` would: a rule with no `serviceAccount` is an
+    /// error.
+    #[arg(long)]
+    pub(super) require_identity: bool,
+    /// Check as `ruleop run --allow-secret-reads` would: a rule that copies Secret data
+    /// out of Secrets is a warning, not an error.
+    #[arg(long)]
+    pub(super) allow_secret_reads: bool,
     /// Warnings are errors: no rule found is a failure.
     #[arg(long)]
     pub(super) strict: bool,

@@ -3,6 +3,8 @@
 
 use super::args::CheckArgs;
 use super::input::{print_errors, read_crds};
+use crate::access::authority::{self, Requester};
+use crate::rules::policy::Policy;
 use crate::rules::{self, CompiledRule, LoadError};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -18,6 +20,7 @@ pub(super) fn load_against_cluster(
     paths: &[PathBuf],
     given: &[Value],
     samples: &[(PathBuf, Value)],
+    author: Option<&Requester>,
 ) -> anyhow::Result<(Vec<Arc<CompiledRule>>, Vec<LoadError>)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -47,11 +50,56 @@ pub(super) fn load_against_cluster(
             .filter_map(LoadError::rule)
             .map(str::to_string)
             .collect();
+        if let Some(who) = author {
+            errors.extend(author_problems(&client, who, &loaded).await?);
+        }
         let found =
             super::server::sample_problems(&crate::apply::dryrun::DryRun::new(client.clone()), &loaded, samples, given, &failed).await?;
         errors.extend(found);
         Ok((loaded, errors))
     })
+}
+
+/// Each rule `who` may not write as a Rule, with what they lack.
+async fn author_problems(
+    client: &kube::Client,
+    who: &Requester,
+    loaded: &[Arc<CompiledRule>],
+) -> anyhow::Result<Vec<LoadError>> {
+    let mut out = Vec::new();
+    for rule in loaded {
+        let demand = authority::demand(&rule.name, rule.identity.as_ref());
+        if let Some(why) = authority::denied(client, who, &demand).await? {
+            let (problem, fix) = why.split_once("\n  fix: ").unwrap_or((why.as_str(), ""));
+            out.push(LoadError::Rule(Box::new(rules::error::RuleProblem {
+                at: rule.at.clone(),
+                rule: rule.name.clone(),
+                child: None,
+                problem: problem.to_string(),
+                fix: fix.to_string(),
+            })));
+        }
+    }
+    Ok(out)
+}
+
+/// What the installation's policy refuses in `loaded` (errors), and, where it allows
+/// them, the places a rule copies Secret data (warnings, printed).
+fn policy_problems(loaded: &[Arc<CompiledRule>], policy: &Policy) -> Vec<LoadError> {
+    let mut out = Vec::new();
+    for r in loaded {
+        out.extend(
+            rules::policy::problems(r, policy)
+                .into_iter()
+                .map(|(_, e)| e),
+        );
+        if policy.allow_secret_reads {
+            for f in rules::policy::secret_flows(r) {
+                eprintln!("warning: {}: rule `{}`: {}", f.at, r.name, f.describe());
+            }
+        }
+    }
+    out
 }
 
 /// The (apiVersion, kind) of children whose schema is neither shipped nor given.
@@ -94,10 +142,20 @@ pub(super) fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 .map(|o| (p.clone(), o)),
         );
     }
+    let author = args.as_user.as_ref().map(|user| Requester {
+        user: user.clone(),
+        groups: args.as_group.clone(),
+        ..Requester::default()
+    });
     let (loaded, mut errors) = match args.against_cluster {
-        true => load_against_cluster(&args.rules, &crds, &samples)?,
+        true => load_against_cluster(&args.rules, &crds, &samples, author.as_ref())?,
         false => rules::load_paths(&args.rules),
     };
+    let policy = Policy {
+        require_identity: args.require_identity,
+        allow_secret_reads: args.allow_secret_reads,
+    };
+    errors.extend(policy_problems(&loaded, &policy));
     for r in &loaded {
         match rules::crd::schema_of(r, &crds) {
             Some(schema) => errors.extend(rules::crd::check_spec_fields(r, schema)),
