@@ -361,3 +361,65 @@ async fn a_replica_holding_an_older_generation_of_a_rule_than_the_cluster_ran_do
     let _ = kubectl(&["delete", "rule", &name], None);
     common::delete_namespace(&ns);
 }
+
+/// A resource pinned to a revision keeps it through a rollout (counted in
+/// `status.rollout.pinned`), until the Rule says `pins: Disabled`: then it takes the
+/// Rule's revision like the others.
+#[tokio::test]
+async fn a_pin_holds_its_resource_until_the_rule_disables_pins() {
+    let client = common::client().await;
+    install_crds(&[RULE_CRD, SITES_CRD]);
+    let ns = common::namespace(&client, "pins").await;
+    let name = format!("site-{ns}");
+    let _op = operator(&ns);
+    let mut one = website_rule(&name, &ns);
+    one["spec"]["rollout"] = json!({"steps": [{"percent": 100}], "waitReady": "2m"});
+    apply(&one);
+    websites(&ns, 2);
+    all_ready_on(&ns, 2, 1).await;
+    kubectl_ok(
+        &[
+            "annotate",
+            "website",
+            "site-0",
+            "-n",
+            &ns,
+            "ruleop.dev/revision=1",
+        ],
+        None,
+    );
+    // Revision 2 adds a ConfigMap: the pinned site stays on revision 1, without it.
+    let mut two = one.clone();
+    two["spec"]["children"].as_array_mut().unwrap().push(json!({
+        "id": "extra",
+        "template": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "{{ name }}-extra"}, "data": {"site": "{{ name }}"}}}));
+    apply(&two);
+    let done = eventually(LONG, "revision 2 rolled out around the pin", || async {
+        let ro = rollout_of(&name);
+        (ro["revision"] == 2 && ro["phase"] == "Complete").then_some(ro)
+    })
+    .await;
+    assert_eq!(done["pinned"], 1, "{done}");
+    eventually(LONG, "site-1 on revision 2 with its ConfigMap", || async {
+        let w = get_json("website", &ns, "site-1")?;
+        (w["status"]["ruleRevision"] == 2 && get_json("configmap", &ns, "site-1-extra").is_some())
+            .then_some(())
+    })
+    .await;
+    let pinned = get_json("website", &ns, "site-0").unwrap();
+    assert_eq!(pinned["status"]["ruleRevision"], 1, "{pinned}");
+    assert!(get_json("configmap", &ns, "site-0-extra").is_none());
+    // `pins: Disabled`: the pin is ignored, the site takes the Rule's revision.
+    let mut three = two.clone();
+    three["spec"]["pins"] = json!("Disabled");
+    apply(&three);
+    eventually(LONG, "the pinned site on revision 3", || async {
+        let w = get_json("website", &ns, "site-0")?;
+        (w["status"]["ruleRevision"] == 3 && get_json("configmap", &ns, "site-0-extra").is_some())
+            .then_some(())
+    })
+    .await;
+    let _ = kubectl(&["delete", "rule", &name], None);
+    common::delete_namespace(&ns);
+}
