@@ -148,10 +148,12 @@ struct Seen {
     uid: String,
     created: String,
     revision: Option<i64>,
+    /// The revision it pins (`ruleop.dev/revision`).
+    pinned: Option<i64>,
 }
 
 fn boxes(kc: &str) -> Vec<Seen> {
-    let columns = "custom-columns=N:.metadata.name,U:.metadata.uid,C:.metadata.creationTimestamp,R:.status.ruleRevision";
+    let columns = "custom-columns=N:.metadata.name,U:.metadata.uid,C:.metadata.creationTimestamp,R:.status.ruleRevision,P:.metadata.annotations.ruleop\\.dev/revision";
     let (_, out, _) = kubectl_at(
         kc,
         &["get", "boxes", "-n", NS, "--no-headers", "-o", columns],
@@ -165,6 +167,7 @@ fn boxes(kc: &str) -> Vec<Seen> {
                 uid: f.get(1)?.to_string(),
                 created: f.get(2)?.to_string(),
                 revision: f.get(3).and_then(|r| r.parse().ok()),
+                pinned: f.get(4).and_then(|r| r.parse().ok()),
             })
         })
         .collect()
@@ -199,13 +202,17 @@ fn on(kc: &str, applied: &str) -> BTreeMap<String, Vec<Arc<CompiledRule>>> {
                     rank: rank(&b.uid),
                     created: Some(b.created.clone()),
                     revision: None,
-                    pinned: None,
+                    pinned: b.pinned,
                     ready: false,
                     failed: None,
                 };
                 let n = choose(progress.as_ref(), newest_number, &r);
                 if let Some(r) = compiled.get(&n) {
                     revs.push(r.clone());
+                }
+                // A pin to a revision that is not loaded gets the newest.
+                if b.pinned.is_some() {
+                    revs.push(newest.clone());
                 }
             }
             if pending || revs.is_empty() {
@@ -313,11 +320,12 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
         let newest = applied.last().unwrap().clone();
         let before = expect_every(&newest, &specs, &shared_in_ns);
         let started = Timestamp::now();
-        // (Every run has a Rule named as the files' rule, a third of the way, and a
-        // hostile resource, two thirds of the way, at least once.)
-        let pick = match rng.usize(0..24) {
+        // (Every run has a Rule named as the files' rule, a third of the way, a pin, half
+        // way, and a hostile resource, two thirds of the way, at least once.)
+        let pick = match rng.usize(0..25) {
             _ if step == steps / 3 && !named_ever => 22,
             _ if step == 2 * steps / 3 && !deep => 23,
+            _ if step == steps / 2 && !counts.contains_key("pins") => 24,
             p => p,
         };
         let (kind, what): (&str, String) = match pick {
@@ -439,6 +447,44 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
                 let what = toggle_refused(&kc, OTHER, "-second", &shape, &mut second);
                 ("conflicting Rules", what)
             }
+            24 if !specs.is_empty() => {
+                // A resource pinned to a revision the Rule had (or one it never had), or
+                // unpinned.
+                let name = specs
+                    .keys()
+                    .nth(rng.usize(0..specs.len()))
+                    .cloned()
+                    .unwrap();
+                let numbers: Vec<i64> = revisions(&kc).iter().map(|(n, _)| *n).collect();
+                let pin = match rng.usize(0..3) {
+                    0 => format!("{}", numbers.iter().max().unwrap_or(&0) + 5),
+                    1 => "-".into(),
+                    _ => format!(
+                        "{}",
+                        numbers
+                            .get(rng.usize(0..numbers.len().max(1)))
+                            .unwrap_or(&1)
+                    ),
+                };
+                let annotation = match pin.as_str() {
+                    "-" => "ruleop.dev/revision-".to_string(),
+                    p => format!("ruleop.dev/revision={p}"),
+                };
+                kubectl_at(
+                    &kc,
+                    &[
+                        "annotate",
+                        "box",
+                        &name,
+                        "-n",
+                        NS,
+                        &annotation,
+                        "--overwrite",
+                    ],
+                    None,
+                );
+                ("pins", format!("{name} pins {pin}"))
+            }
             _ if !deep => {
                 // One resource no decoder of 128 levels reads: it fails alone.
                 let body = format!(
@@ -485,6 +531,19 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
         );
         kubectl_at(&kc, &["delete", "rule", FILE_RULE], None);
     }
+    // Every pin taken off: the end is the revision in force's, everywhere.
+    kubectl_at(
+        &kc,
+        &[
+            "annotate",
+            "boxes",
+            "--all",
+            "-n",
+            NS,
+            "ruleop.dev/revision-",
+        ],
+        None,
+    );
     let end = Timestamp::now();
     println!("churn (Rules): {steps} steps: {counts:?}");
 
