@@ -455,7 +455,7 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
                     .nth(rng.usize(0..specs.len()))
                     .cloned()
                     .unwrap();
-                let numbers: Vec<i64> = revisions(&kc).iter().map(|(n, _)| *n).collect();
+                let numbers: Vec<i64> = revisions(&kc).keys().copied().collect();
                 let pin = match rng.usize(0..3) {
                     0 => format!("{}", numbers.iter().max().unwrap_or(&0) + 5),
                     1 => "-".into(),

@@ -161,3 +161,38 @@ impl RunArgs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn webhook_name(args: &[&str]) -> String {
+        let mut all = vec!["ruleop"];
+        all.extend_from_slice(args);
+        Cli::parse_from(all).run.webhook_name()
+    }
+
+    #[test]
+    fn each_installation_with_a_selector_has_a_webhook_of_its_own() {
+        assert_eq!(webhook_name(&[]), "ruleop");
+        assert_eq!(
+            webhook_name(&["--rule-selector", "team=web"]),
+            "ruleop-team-web"
+        );
+        assert_eq!(
+            webhook_name(&["--rule-selector", "Team=Web,tier=1"]),
+            "ruleop-team-web-tier-1"
+        );
+        assert_eq!(
+            webhook_name(&["--rule-selector", "team=web", "--webhook-name", "mine"]),
+            "mine"
+        );
+    }
+}

@@ -516,6 +516,40 @@ mod tests {
     }
 
     #[test]
+    fn the_policy_refuses_a_files_rule_and_a_rule_object_each_saying_why() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), GOOD).unwrap();
+        let policy = Policy {
+            require_identity: true,
+            ..Policy::default()
+        };
+        let mut book = RuleBook::new(vec![dir.path().to_path_buf()]).with_policy(policy);
+        let problems = book.reload().to_vec();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.message.contains("--require-identity")),
+            "{problems:?}"
+        );
+        book.set_objects(&[rule_object("obj", 1, "objs", "x")]);
+        assert!(book.rules().is_empty(), "neither runs");
+        let v = book.object_verdict("obj").unwrap();
+        assert!(!v.accepted);
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p.starts_with("spec.serviceAccount: ") && p.contains("--require-identity")),
+            "{:?}",
+            v.problems
+        );
+        // Without the policy, both run.
+        let mut open = RuleBook::new(vec![dir.path().to_path_buf()]);
+        open.reload();
+        open.set_objects(&[rule_object("obj", 1, "objs", "x")]);
+        assert_eq!(open.rules().len(), 2);
+    }
+
+    #[test]
     fn a_rule_object_serves_beside_files_and_a_broken_generation_keeps_the_last_good() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("web.yaml"), GOOD).unwrap();

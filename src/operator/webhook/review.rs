@@ -276,4 +276,27 @@ mod tests {
             "{m}"
         );
     }
+
+    #[test]
+    fn a_rule_that_loads_asks_its_authors_right_and_the_policy_is_checked_first() {
+        let served = Served::default();
+        let a = answer(&review(rule(json!(2))), &served, &Policy::default());
+        let (who, demand) = a.ask.expect("a right to ask");
+        assert!(who.is_none(), "no userInfo in this review");
+        assert_eq!(
+            (demand.verb.as_str(), demand.name.as_str()),
+            ("escalate", "web")
+        );
+        let strict = Policy {
+            require_identity: true,
+            ..Policy::default()
+        };
+        let a = answer(&review(rule(json!(2))), &served, &strict);
+        assert!(a.ask.is_none());
+        let m = a.review["response"]["status"]["message"].as_str().unwrap();
+        assert!(
+            m.contains("spec.serviceAccount: ") && m.contains("--require-identity"),
+            "{m}"
+        );
+    }
 }
