@@ -103,9 +103,10 @@ pub fn desired(v: &ObjectVerdict, running: Option<&Running>) -> Value {
             v.generation,
         ),
     };
+    let [reconciling, stalled] = kstatus(&accepted, &ready, running, v.generation);
     let mut status = json!({
         "observedGeneration": v.generation,
-        "conditions": [accepted, ready],
+        "conditions": [accepted, ready, reconciling, stalled],
         "problems": v.problems,
         // (A Rule not in force serves nothing: null removes what an earlier status said.)
         "watch": null,
@@ -129,6 +130,51 @@ pub fn desired(v: &ObjectVerdict, running: Option<&Running>) -> Value {
         status["identity"] = identity(r);
     }
     status
+}
+
+/// A Rule's `Reconciling` and `Stalled` (as kstatus reads them): Stalled while its
+/// generation is refused, its account lacks permissions, or its rollout is paused (each
+/// needs someone to act); else Reconciling until it serves and its rollout is complete.
+fn kstatus(
+    accepted: &Value,
+    ready: &Value,
+    running: Option<&Running>,
+    generation: i64,
+) -> [Value; 2] {
+    let phase = running
+        .and_then(|r| r.rollout.as_ref())
+        .and_then(|p| p.as_ref())
+        .and_then(|p| p["phase"].as_str().map(str::to_string));
+    let text = |c: &Value, k: &str| c[k].as_str().unwrap_or_default().to_string();
+    let stalled = if accepted["status"] != "True" {
+        Some((text(accepted, "reason"), text(accepted, "message")))
+    } else if ready["reason"] == "Forbidden" {
+        Some(("Forbidden".to_string(), text(ready, "message")))
+    } else if phase.as_deref() == Some("Paused") {
+        Some((
+            "RolloutPaused".to_string(),
+            "its rollout is paused: `ruleop.dev/rollout=resume` or `abort` moves it".to_string(),
+        ))
+    } else {
+        None
+    };
+    let reconciling = match (&stalled, ready["status"] == "True", phase.as_deref()) {
+        (Some(_), ..) => None,
+        (None, false, _) => Some((text(ready, "reason"), text(ready, "message"))),
+        (None, true, Some("Progressing")) => Some((
+            "RollingOut".to_string(),
+            "its rollout is in progress".to_string(),
+        )),
+        (None, true, _) => None,
+    };
+    let one = |type_: &str, said: Option<(String, String)>, otherwise: &str| match said {
+        Some((reason, message)) => condition(type_, true, &reason, message, generation),
+        None => condition(type_, false, otherwise, String::new(), generation),
+    };
+    [
+        one("Reconciling", reconciling, "Reconciled"),
+        one("Stalled", stalled, "NotStalled"),
+    ]
 }
 
 /// `status.identity`: the ServiceAccount, what it lacks and what would grant it (null
@@ -270,6 +316,40 @@ mod tests {
         );
         assert!(m.contains("spec.children[0].template.spec.replicas"), "{m}");
         assert_eq!(s["conditions"][1]["reason"], "NotRunning");
+    }
+
+    #[test]
+    fn a_rule_is_stalled_when_refused_or_paused_and_reconciling_while_it_rolls_out() {
+        let kind = |s: &Value, i: usize| {
+            (
+                s["conditions"][i]["status"].as_str().unwrap().to_string(),
+                s["conditions"][i]["reason"].as_str().unwrap().to_string(),
+            )
+        };
+        let refused = desired(&verdict(false), None);
+        assert_eq!(kind(&refused, 3), ("True".into(), "Invalid".into()));
+        assert_eq!(kind(&refused, 2), ("False".into(), "Reconciled".into()));
+        let mut running = Running {
+            generation: 3,
+            synced: true,
+            kind: Some("WebSite".into()),
+            resources: Some(2),
+            revision: Some(2),
+            rollout: Some(Some(json!({"phase": "Progressing"}))),
+            watch: "x.io/webs".into(),
+            identity: None,
+            blocked: None,
+        };
+        let rolling = desired(&verdict(true), Some(&running));
+        assert_eq!(kind(&rolling, 2), ("True".into(), "RollingOut".into()));
+        assert_eq!(kind(&rolling, 3), ("False".into(), "NotStalled".into()));
+        running.rollout = Some(Some(json!({"phase": "Paused"})));
+        let paused = desired(&verdict(true), Some(&running));
+        assert_eq!(kind(&paused, 3), ("True".into(), "RolloutPaused".into()));
+        running.rollout = Some(Some(json!({"phase": "Complete"})));
+        let serving = desired(&verdict(true), Some(&running));
+        assert_eq!(kind(&serving, 2).0, "False");
+        assert_eq!(kind(&serving, 3).0, "False");
     }
 
     #[test]

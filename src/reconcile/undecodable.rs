@@ -46,11 +46,16 @@ pub async fn report(ctx: &Ctx, cr: &DynamicObject, why: &str) -> Action {
     );
     if ctx.process.fence.holds() {
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let condition = |type_: &str| {
-            json!({"type": type_, "status": "False", "reason": "Undecodable", "message": message,
+        let condition = |type_: &str, status: &str, reason: &str, message: &str| {
+            json!({"type": type_, "status": status, "reason": reason, "message": message,
                 "lastTransitionTime": now, "observedGeneration": cr.meta().generation})
         };
-        let patch = json!({"status": {"conditions": [condition("Ready"), condition("Synced")]}});
+        let patch = json!({"status": {"conditions": [
+            condition("Ready", "False", "Undecodable", &message),
+            condition("Synced", "False", "Undecodable", &message),
+            condition("Reconciling", "False", "Stalled", ""),
+            condition("Stalled", "True", "Undecodable", &message),
+        ]}});
         // (The answer holds the body too: read as tolerantly as the watch reads it.)
         let api: Api<Tolerant> = Api::namespaced_with(
             ctx.process.client.clone(),

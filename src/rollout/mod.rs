@@ -105,8 +105,10 @@ pub fn rank(uid: &str) -> u64 {
     u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]) >> 1
 }
 
-/// The Synced reasons that are not a failure: the reconcile goes on.
-const PASSING: &[&str] = &["Waiting", "Retrying", "Applying", "Applied"];
+/// Whether a Synced reason is no failure (the reconcile goes on, or it is done).
+fn passing(reason: &str) -> bool {
+    reason == "Applied" || crate::status::verdict::PASSING.contains(&reason)
+}
 
 impl Resource {
     /// What a rollout reads of a custom resource.
@@ -130,7 +132,7 @@ impl Resource {
         let ready = condition("Ready").is_some_and(|c| c["status"] == "True" && current(c));
         let failed = condition("Synced")
             .filter(|c| c["status"] == "False" && current(c))
-            .filter(|c| !PASSING.contains(&c["reason"].as_str().unwrap_or_default()))
+            .filter(|c| !passing(c["reason"].as_str().unwrap_or_default()))
             .map(|c| {
                 format!(
                     "{}: {}",

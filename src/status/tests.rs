@@ -236,6 +236,6 @@ fn the_ready_expression_adds_to_the_childrens_readiness_and_never_waives_it() {
         rep.checked,
         "all children are ready and `status.readyReplicas >= spec.replicas` holds"
     );
-    let [ready, _] = verdict::conditions(Some(&rep), None);
+    let [ready, ..] = verdict::conditions(Some(&rep), None);
     assert_eq!(ready.message, rep.checked);
 }

@@ -61,9 +61,63 @@ pub fn waiting_message(waiting: &[Waiting]) -> String {
     bounded(parts.iter().map(String::as_str))
 }
 
-/// The `Ready` and `Synced` conditions (in that order). `report` is None when nothing
-/// could be computed (the render failed).
-pub fn conditions(report: Option<&Report>, problem: Option<SyncProblem<'_>>) -> [Condition; 2] {
+/// The reasons of a `Synced=False` that is no failure: the reconcile goes on.
+pub const PASSING: &[&str] = &["Waiting", "Retrying", "Applying"];
+
+/// The `Ready`, `Synced`, `Reconciling` and `Stalled` conditions (in that order). `report`
+/// is None when nothing could be computed (the render failed). The last two are kstatus'
+/// (Flux, `kubectl wait`, cli-utils; see [`kstatus`]).
+pub fn conditions(report: Option<&Report>, problem: Option<SyncProblem<'_>>) -> [Condition; 4] {
+    let [ready, synced] = ready_and_synced(report, problem);
+    let [reconciling, stalled] = kstatus(&ready, &synced);
+    [ready, synced, reconciling, stalled]
+}
+
+/// `Reconciling` and `Stalled`, as the Kubernetes API conventions and kstatus read them:
+/// `Stalled=True` when the resource failed and will not get further on its own (its
+/// `Synced` reason is a failure: RenderFailed, ApplyRefused, NotOwned, Forbidden,
+/// StatusRefused, ...); else `Reconciling=True` while it is not both Synced and Ready
+/// (waiting, applying, retrying, children rolling out). A resource with neither True, at
+/// its observed generation, is Current.
+pub fn kstatus(ready: &Condition, synced: &Condition) -> [Condition; 2] {
+    let failed = !synced.status && !PASSING.contains(&synced.reason.as_str());
+    let done = ready.status && synced.status;
+    let reconciling = match (failed, done) {
+        (false, false) => {
+            let by = if synced.status { ready } else { synced };
+            Condition {
+                type_: "Reconciling",
+                status: true,
+                reason: by.reason.clone(),
+                message: by.message.clone(),
+            }
+        }
+        _ => Condition {
+            type_: "Reconciling",
+            status: false,
+            reason: if failed { "Stalled" } else { "Reconciled" }.into(),
+            message: String::new(),
+        },
+    };
+    let stalled = Condition {
+        type_: "Stalled",
+        status: failed,
+        reason: if failed {
+            synced.reason.clone()
+        } else {
+            "NotStalled".into()
+        },
+        message: if failed {
+            synced.message.clone()
+        } else {
+            String::new()
+        },
+    };
+    [reconciling, stalled]
+}
+
+/// The `Ready` and `Synced` conditions (in that order).
+fn ready_and_synced(report: Option<&Report>, problem: Option<SyncProblem<'_>>) -> [Condition; 2] {
     let (ready, ready_reason, ready_message) = match (problem, report) {
         (Some(p), _) if p.reason == "Waiting" => (false, "Waiting", p.message.to_string()),
         (Some(p), _) => (false, "SyncFailed", p.message.to_string()),
@@ -110,4 +164,62 @@ pub fn conditions(report: Option<&Report>, problem: Option<SyncProblem<'_>>) -> 
         },
         synced,
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(c: &[Condition; 4]) -> Vec<(&str, bool, &str)> {
+        c.iter()
+            .map(|c| (c.type_, c.status, c.reason.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn stalled_on_a_failure_reconciling_while_it_gets_there_neither_once_ready() {
+        let ready = Report {
+            ready: true,
+            ..Report::default()
+        };
+        assert_eq!(
+            kinds(&conditions(Some(&ready), None))[2..],
+            [
+                ("Reconciling", false, "Reconciled"),
+                ("Stalled", false, "NotStalled")
+            ]
+        );
+        let waiting = SyncProblem {
+            reason: "Waiting",
+            message: "child `a` waits",
+        };
+        assert_eq!(
+            kinds(&conditions(Some(&ready), Some(waiting)))[2..],
+            [
+                ("Reconciling", true, "Waiting"),
+                ("Stalled", false, "NotStalled")
+            ]
+        );
+        let rolling = Report::default();
+        assert_eq!(
+            kinds(&conditions(Some(&rolling), None))[2..],
+            [
+                ("Reconciling", true, "NotReady"),
+                ("Stalled", false, "NotStalled")
+            ]
+        );
+        let refused = SyncProblem {
+            reason: "RenderFailed",
+            message: "child `svc`: bad",
+        };
+        let c = conditions(None, Some(refused));
+        assert_eq!(
+            kinds(&c)[2..],
+            [
+                ("Reconciling", false, "Stalled"),
+                ("Stalled", true, "RenderFailed")
+            ]
+        );
+        assert_eq!(c[3].message, "child `svc`: bad");
+    }
 }
