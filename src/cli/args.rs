@@ -6,7 +6,7 @@ use std::path::PathBuf;
 #[derive(Parser, Debug)]
 #[command(
     name = "ruleop",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("RULEOP_COMMIT"), ")"),
     about = "A generic Kubernetes operator driven by rules files"
 )]
 pub(super) struct Cli {
