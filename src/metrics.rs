@@ -28,6 +28,13 @@ pub struct RuleIdentityLabels {
     pub identity: String,
 }
 
+/// `ruleop_build_info`'s labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: String,
+    pub commit: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RevisionLabels {
     pub rule: String,
@@ -107,6 +114,18 @@ impl Default for Metrics {
         let identity_requests = Family::<IdentityLabels, Counter>::default();
         let rule_identity = Family::<RuleIdentityLabels, Gauge>::default();
         let rule_missing_permissions = Family::<RuleLabels, Gauge>::default();
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").into(),
+                commit: env!("RULEOP_COMMIT").into(),
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "1, labelled with the version and the commit this ruleop was built from",
+            build_info,
+        );
         registry.register(
             "identity_requests",
             "Requests sent to the API server as a rule's ServiceAccount (by impersonation), by account; ruleop's own are in ruleop_client_requests_total",
