@@ -520,3 +520,48 @@ fn examples_rules_yaml_is_the_shipped_rules_as_rule_objects() {
     ]);
     assert_eq!(code, 0, "the Rules render what the files do: {out}");
 }
+
+#[test]
+fn the_version_names_the_commit_and_every_cluster_command_takes_a_kubeconfig_and_a_context() {
+    let (code, out, _) = ruleop(&["--version"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with("ruleop 0.") && out.contains("(commit "),
+        "{out}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kc,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: here, context: {cluster: c, user: u}}]\ncurrent-context: here\n",
+    )
+    .unwrap();
+    let kc = kc.to_str().unwrap();
+    // A context the file does not have: said, before any request.
+    let (code, out, err) = ruleop(&[
+        "check",
+        "--against-cluster",
+        "--rules",
+        "rules/",
+        "--kubeconfig",
+        kc,
+        "--context",
+        "nowhere",
+    ]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("nowhere"), "{err}");
+    // The file's own context: its server is asked (and is not there).
+    let (code, _, err) = ruleop(&[
+        "check",
+        "--against-cluster",
+        "--rules",
+        "rules/",
+        "--kubeconfig",
+        kc,
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("127.0.0.1:1") || err.to_lowercase().contains("connect"),
+        "{err}"
+    );
+}

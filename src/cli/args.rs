@@ -14,6 +14,19 @@ pub(super) struct Cli {
     pub(super) command: Command,
     #[command(flatten)]
     pub(super) log: LogArgs,
+    #[command(flatten)]
+    pub(super) target: TargetArgs,
+}
+
+/// Which cluster the commands that need one talk to.
+#[derive(Args, Debug)]
+pub(super) struct TargetArgs {
+    /// The kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else in-cluster).
+    #[arg(long, global = true)]
+    pub(super) kubeconfig: Option<PathBuf>,
+    /// The kubeconfig's context (default: its current context).
+    #[arg(long, global = true)]
+    pub(super) context: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -38,6 +51,10 @@ pub(super) enum Command {
     /// resources given): children created, changed, deleted, pods restarted. Exit 0 when
     /// nothing changes, 1 when something would, 2 on error.
     Diff(DiffArgs),
+    /// A resource and the children its rule made, as a tree with Synced and Ready per
+    /// node, the root cause first (the deepest node that fails, with its whole message),
+    /// the Rule revision in force and the last Events.
+    Trace(TraceArgs),
 }
 
 #[derive(Args, Debug)]
@@ -222,4 +239,27 @@ pub(super) struct CheckArgs {
     /// Warnings are errors: no rule found is a failure.
     #[arg(long)]
     pub(super) strict: bool,
+}
+
+#[derive(Args, Debug)]
+pub(super) struct TraceArgs {
+    /// The resource: KIND/NAME (`website/my-blog`; the kind, its plural or
+    /// `kind.group`).
+    pub(super) resource: String,
+    /// Its namespace.
+    #[arg(short, long, default_value = "default")]
+    pub(super) namespace: String,
+    /// The rules files of the kind (default: the cluster's Rule objects).
+    #[arg(long)]
+    pub(super) rules: Vec<PathBuf>,
+    /// `tree` (messages cut to a line), `wide` (whole messages) or `json`.
+    #[arg(short, long, value_enum, default_value = "tree")]
+    pub(super) output: TraceOutput,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TraceOutput {
+    Tree,
+    Wide,
+    Json,
 }

@@ -26,7 +26,7 @@ pub(super) fn load_against_cluster(
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let client = kube::Client::try_default().await?;
+        let client = crate::client::plain().await?;
         let (loaded, _) = rules::load_paths(paths);
         let unknown = unknown_child_kinds(&loaded);
         let served = crate::cache::openapi::schemas(&client, &unknown).await?;

@@ -158,7 +158,7 @@ fn against_cluster(args: &DiffArgs) -> anyhow::Result<Summary> {
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let client = kube::Client::try_default().await?;
+        let client = crate::client::plain().await?;
         let mut summary = Summary::default();
         for rule in &new {
             fleet(&client, rule, args, &mut summary).await?;

@@ -22,6 +22,7 @@ mod render;
 mod rule;
 mod server;
 mod test;
+mod trace;
 
 use args::{Cli, Command, CrdArgs, LogFormat, RbacArgs, SchemaArgs};
 use clap::Parser;
@@ -32,6 +33,10 @@ use std::process::ExitCode;
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log.log_format);
+    crate::client::set_target(crate::client::Target {
+        kubeconfig: cli.target.kubeconfig.clone(),
+        context: cli.target.context.clone(),
+    });
     let result = match cli.command {
         Command::Run(args) => run(*args),
         Command::Render(args) => render::render_cmd(args),
@@ -42,6 +47,7 @@ pub fn main() -> ExitCode {
         Command::Schema(args) => schema_cmd(&args),
         Command::Rule(args) => rule::rule_cmd(args),
         Command::Diff(args) => diff::diff_cmd(args),
+        Command::Trace(args) => trace::trace_cmd(args),
     };
     match result {
         Ok(code) => code,

@@ -240,7 +240,7 @@ impl Server {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let client = rt.block_on(kube::Client::try_default())?;
+        let client = rt.block_on(crate::client::plain())?;
         // One request first: an unreachable cluster is one error, not one per child.
         rt.block_on(client.apiserver_version())
             .map_err(|e| anyhow::anyhow!("--server: cannot reach the cluster: {e}"))?;

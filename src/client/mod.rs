@@ -22,6 +22,48 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower::util::option_layer;
 
+/// Which cluster ruleop talks to: `--kubeconfig` and `--context`, else `$KUBECONFIG` (or
+/// `~/.kube/config`) at its current context, or the in-cluster config.
+#[derive(Debug, Clone, Default)]
+pub struct Target {
+    pub kubeconfig: Option<std::path::PathBuf>,
+    pub context: Option<String>,
+}
+
+static TARGET: std::sync::OnceLock<Target> = std::sync::OnceLock::new();
+
+/// Sets the cluster every client of this process is made for (once, at start).
+pub fn set_target(t: Target) {
+    let _ = TARGET.set(t);
+}
+
+/// The config of the [`Target`].
+pub async fn config() -> Result<kube::Config, kube::Error> {
+    let t = TARGET.get().cloned().unwrap_or_default();
+    if t.kubeconfig.is_none() && t.context.is_none() {
+        return kube::Config::infer()
+            .await
+            .map_err(kube::Error::InferConfig);
+    }
+    let opts = kube::config::KubeConfigOptions {
+        context: t.context,
+        ..Default::default()
+    };
+    let config = match &t.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(kc, &opts).await?
+        }
+        None => kube::Config::from_kubeconfig(&opts).await?,
+    };
+    Ok(config)
+}
+
+/// A plain client of the [`Target`] (the command line's; `ruleop run` builds its own).
+pub async fn plain() -> Result<kube::Client, kube::Error> {
+    kube::Client::try_from(config().await?)
+}
+
 /// What stands between ruleop's requests and the API server: the token bucket (`--qps`,
 /// `--burst`) and the gate (`--max-in-flight`, the leader fence, the request count). The
 /// leader election's own client has neither.
@@ -51,9 +93,7 @@ pub async fn build_as(
     guard: Guard,
     act_as: Option<(&str, prometheus_client::metrics::counter::Counter)>,
 ) -> Result<kube::Client, kube::Error> {
-    let mut config = kube::Config::infer()
-        .await
-        .map_err(kube::Error::InferConfig)?;
+    let mut config = config().await?;
     config.read_timeout = Some(Duration::from_secs(u64::from(watch_timeout) + 10));
     config.reset_reader_on_write = true;
     // Each replica says who it is, so the API server's audit log tells them apart.
