@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test test-long fuzz bench bench-scale profile cluster cluster-down lint build check-rules
+.PHONY: run test test-unit test-long fuzz bench bench-scale profile cluster cluster-down lint build check-rules
 
 FUZZ_SECONDS ?= 180
 N ?= 1000
@@ -18,6 +18,11 @@ run:
 ## and stops what it started.
 test:
 	tests/run.sh
+
+## test-unit: the tests that need no cluster: unit tests, the command line, formats, the
+## layout, GitOps health (builds the kstatus tool once).
+test-unit:
+	$(CARGO) test --lib --bins --test cli --test formats --test layout --test kstatus --test ruletest
 
 cluster:
 	tests/cluster/up.sh
