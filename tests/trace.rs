@@ -58,7 +58,8 @@ async fn trace_names_the_refused_child_first_with_its_message() {
     assert_eq!(code, 0, "{err}");
     let first = out.lines().next().unwrap_or_default();
     assert!(
-        first.starts_with("root cause: child `deployment` (Deployment/my-blog-web): ApplyRefused")
+        first.starts_with("root cause: child `deployment` (Deployment/my-blog-web): ")
+            && first.contains("ApplyRefused")
             && first.contains("restartPolicy"),
         "{out}"
     );

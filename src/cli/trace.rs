@@ -123,7 +123,12 @@ async fn gather(args: &TraceArgs) -> anyhow::Result<Trace> {
         .to_string();
     let children = children(&client, &rule, ns, &uid).await?;
     let resource = resource_node(&ar.kind, name, &cr);
-    let nodes = judge(&cr, &children);
+    let kinds: Vec<(String, String)> = rule
+        .children
+        .iter()
+        .map(|c| (c.id.clone(), c.kind.clone()))
+        .collect();
+    let nodes = judge(&cr, &children, &kinds);
     let root_cause = root_cause(&resource, &nodes);
     let events = events(&client, ns, &uid).await;
     Ok(Trace {
@@ -208,10 +213,40 @@ fn resource_node(kind: &str, name: &str, cr: &Value) -> Node {
     }
 }
 
+/// The names of objects of `kind` that `message` names (`Deployment my-blog-web: ...`).
+fn named_in(message: &str, kind: &str) -> Vec<String> {
+    let lead = format!("{kind} ");
+    let mut out = Vec::new();
+    for (at, _) in message.match_indices(&lead) {
+        let before = message[..at].chars().last();
+        if before.is_some_and(|c| c.is_alphanumeric()) {
+            continue;
+        }
+        let rest = &message[at + lead.len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
+            .collect();
+        if !name.is_empty() && rest[name.len()..].starts_with(':') && !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    out
+}
+
 /// Each child's node: Ready by its kind's own check; not Synced when the resource's
-/// `Synced` message names it (with that message).
-pub(super) fn judge(cr: &Value, children: &[Value]) -> Vec<Node> {
+/// `Synced` message names it (with that message). A child the message names that is not
+/// there (refused before it was made) gets a node too. `kinds`: the rule's children, by
+/// id and kind.
+pub(super) fn judge(cr: &Value, children: &[Value], kinds: &[(String, String)]) -> Vec<Node> {
     let synced = condition(cr, "Synced").filter(|c| c["status"] != "True");
+    let said = |c: &Value| {
+        format!(
+            "{}: {}",
+            c["reason"].as_str().unwrap_or_default(),
+            c["message"].as_str().unwrap_or_default()
+        )
+    };
     let mut nodes: Vec<Node> = children
         .iter()
         .map(|o| {
@@ -221,20 +256,15 @@ pub(super) fn judge(cr: &Value, children: &[Value]) -> Vec<Node> {
                 .to_string();
             let kind = o["kind"].as_str().unwrap_or_default().to_string();
             let ready = crate::render::readiness::builtin(&kind, o);
+            let name = o["metadata"]["name"].as_str().unwrap_or_default();
             let named = synced.filter(|c| {
-                c["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains(&format!("child `{id}`")))
+                c["message"].as_str().is_some_and(|m| {
+                    m.contains(&format!("child `{id}`"))
+                        || named_in(m, &kind).iter().any(|n| n == name)
+                })
             });
             let (synced, status) = match (named, &ready) {
-                (Some(c), _) => (
-                    Some(false),
-                    format!(
-                        "{}: {}",
-                        c["reason"].as_str().unwrap_or_default(),
-                        c["message"].as_str().unwrap_or_default()
-                    ),
-                ),
+                (Some(c), _) => (Some(false), said(c)),
                 (None, Err(why)) => (None, why.clone()),
                 (None, Ok(())) => (None, "ready".into()),
             };
@@ -251,6 +281,23 @@ pub(super) fn judge(cr: &Value, children: &[Value]) -> Vec<Node> {
             }
         })
         .collect();
+    if let Some(c) = synced {
+        let message = c["message"].as_str().unwrap_or_default();
+        for (id, kind) in kinds {
+            for name in named_in(message, kind) {
+                if !nodes.iter().any(|n| n.kind == *kind && n.name == name) {
+                    nodes.push(Node {
+                        id: Some(id.clone()),
+                        kind: kind.clone(),
+                        name,
+                        synced: Some(false),
+                        ready: Some(false),
+                        status: format!("not made: {}", said(c)),
+                    });
+                }
+            }
+        }
+    }
     nodes.sort_by(|a, b| (&a.id, &a.name).cmp(&(&b.id, &b.name)));
     nodes
 }
@@ -394,7 +441,11 @@ mod tests {
             child("service", "Service", json!({})),
             child("deployment", "Deployment", json!({"observedGeneration": 1})),
         ];
-        let nodes = judge(&cr, &children);
+        let kinds = [
+            ("deployment".to_string(), "Deployment".to_string()),
+            ("service".to_string(), "Service".to_string()),
+        ];
+        let nodes = judge(&cr, &children, &kinds);
         let resource = resource_node("WebSite", "blog", &cr);
         let root = root_cause(&resource, &nodes).unwrap();
         assert_eq!(root.id.as_deref(), Some("deployment"));
@@ -421,5 +472,24 @@ mod tests {
         );
         assert!(text.contains("WebSite/blog (revision 2)"), "{text}");
         assert!(text.contains("└─ Service/blog-service"), "{text}");
+        // Refused before it was made: the message names it by kind and name.
+        let cr = json!({"status": {"conditions": [{"type": "Synced", "status": "False", "reason": "ApplyRefused",
+            "message": "Deployment blog-web: the API server refused it (422 Invalid): bad"}]}});
+        let nodes = judge(&cr, &children[..1], &kinds);
+        let root = root_cause(&resource_node("WebSite", "blog", &cr), &nodes).unwrap();
+        assert_eq!(
+            (root.id.as_deref(), root.name.as_str()),
+            (Some("deployment"), "blog-web")
+        );
+        assert!(
+            root.status
+                .starts_with("not made: ApplyRefused: Deployment blog-web"),
+            "{}",
+            root.status
+        );
+        assert_eq!(
+            named_in("a ConfigMap x: y; Deployment blog-web: z", "Deployment"),
+            ["blog-web"]
+        );
     }
 }
