@@ -322,6 +322,22 @@ async fn a_tenant_cannot_escalate_through_a_rule() {
     );
     let (ok, err) = apply_as(&kc, alice, &cluster);
     assert!(!ok && err.contains("cluster-scoped"), "{err}");
+    // Another team's Rule, running as its account: she may not take it over (its spec
+    // edited to run as her account).
+    let theirs = rule(
+        "team-b-rule",
+        json!({"serviceAccount": {"name": "builder", "namespace": "team-b"},
+               "watch": {"group": "sec.example.com", "version": "v1", "resource": "others"}}),
+    );
+    let (ok, err) = apply_as(&kc, None, &theirs);
+    assert!(ok, "{err}");
+    let mut taken = theirs.clone();
+    taken["spec"]["serviceAccount"] = json!({"name": "builder", "namespace": NS});
+    let (ok, err) = apply_as(&kc, alice, &taken);
+    assert!(
+        !ok && err.contains("alice may not impersonate ServiceAccount team-b/builder"),
+        "{err}"
+    );
     // Her own rule, as her own account: admitted, and it runs.
     let (ok, err) = apply_as(&kc, alice, &rule("notes", json!({})));
     assert!(ok, "alice's own rule: {err}");
@@ -446,7 +462,7 @@ async fn a_tenant_cannot_escalate_through_a_rule() {
     for (r, _) in &rule_burst {
         let err = r.as_ref().expect_err("a flood Rule was stored");
         assert!(
-            err.contains("escalate") || err.contains("apply again"),
+            err.contains("escalate") || err.contains("as many Rules as it takes at once"),
             "{err}"
         );
     }
@@ -532,6 +548,12 @@ async fn a_tenant_cannot_escalate_through_a_rule() {
         &rule("by-admin", json!({"serviceAccount": null})),
     );
     assert!(ok, "a cluster admin may write a Rule that runs as ruleop");
+    let (ok, err) = apply_as(&kc, alice, &taken);
+    assert!(
+        !ok && err.contains("ruleop-rule-authors")
+            && err.contains("the Rule as it is runs as an account alice may not act as"),
+        "{err}"
+    );
     // Pinning her resource to a revision takes a right she does not have; an admin has it.
     let pin = |user: Option<&str>| {
         let mut args = vec![

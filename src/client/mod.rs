@@ -64,6 +64,20 @@ pub async fn plain() -> Result<kube::Client, kube::Error> {
     kube::Client::try_from(config().await?)
 }
 
+/// A client with ruleop's user agent and nothing between it and the API server: no leader
+/// fence, no token bucket. For the webhook's reviews, which every replica answers (a
+/// standby too) and which ask, never write (SubjectAccessReviews).
+pub async fn unguarded(identity: &str) -> Result<kube::Client, kube::Error> {
+    let mut config = config().await?;
+    if let Ok(agent) = http::HeaderValue::from_str(&format!(
+        "ruleop/{} ({identity}; webhook)",
+        env!("CARGO_PKG_VERSION")
+    )) {
+        config.headers.push((http::header::USER_AGENT, agent));
+    }
+    kube::Client::try_from(config)
+}
+
 /// What stands between ruleop's requests and the API server: the token bucket (`--qps`,
 /// `--burst`) and the gate (`--max-in-flight`, the leader fence, the request count). The
 /// leader election's own client has neither.

@@ -210,6 +210,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
                 name: args.webhook_name(),
                 namespace: args.lease_namespace.clone(),
                 selector: args.rule_selector.clone(),
+                identity: me.clone(),
             };
             Tasks(
                 webhook::start(

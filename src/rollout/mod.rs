@@ -226,10 +226,11 @@ pub fn start(
     })
 }
 
-/// The rank bound of `step` among `resources`: those not pinned and there when the
-/// rollout `started` (one made since starts on the new revision, and must not move the
-/// bound: the step's resources stay the same); never below `before`, so a resource once
-/// reached stays reached.
+/// The rank bound of `step` among `resources`: those there when the rollout `started` (one
+/// made since starts on the new revision, and must not move the bound: the step's
+/// resources stay the same). A pinned resource keeps its rank (it is not moved, but a pin
+/// set or taken off never moves the bound onto another resource). Never below `before`,
+/// so a resource once reached stays reached.
 fn threshold(
     step: Step,
     resources: &[Resource],
@@ -238,7 +239,7 @@ fn threshold(
 ) -> Option<u64> {
     let mut ranks: Vec<u64> = resources
         .iter()
-        .filter(|r| r.pinned.is_none() && !after(r.created.as_deref(), started))
+        .filter(|r| !after(r.created.as_deref(), started))
         .map(|r| r.rank)
         .collect();
     ranks.sort_unstable();

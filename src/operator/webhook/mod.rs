@@ -36,6 +36,8 @@ pub struct Config {
     pub namespace: String,
     /// Only Rules with these labels (`k=v,k2=v2`) are reviewed (as `--rule-selector`).
     pub selector: Option<String>,
+    /// This replica's identity (in the user agent of its reviews' requests).
+    pub identity: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -140,12 +142,7 @@ pub async fn start(
             source,
         })?;
     let current = Arc::new(serve::Current::default());
-    let reviewer = Arc::new(serve::Reviewer {
-        served,
-        policy,
-        client: client.clone(),
-        at_once: tokio::sync::Semaphore::new(serve::REVIEWS_AT_ONCE),
-    });
+    let identity = cfg.identity.clone();
     // Reviews run on a runtime of their own: a burst of Rules to compile never delays the
     // Lease's renewal or a reconcile.
     let serving_current = current.clone();
@@ -165,6 +162,24 @@ pub async fn start(
                 }
             };
             rt.block_on(async move {
+                // Its own client, on its own runtime: a standby answers reviews too (the
+                // leader fence would stop its SubjectAccessReviews), and a burst of them
+                // never waits in the reconciles' token bucket.
+                let client = loop {
+                    match crate::client::unguarded(&identity).await {
+                        Ok(c) => break c,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "the webhook's client could not be made; retrying");
+                            tokio::time::sleep(Duration::from_secs(2)).await;
+                        }
+                    }
+                };
+                let reviewer = Arc::new(serve::Reviewer {
+                    served,
+                    policy,
+                    client,
+                    at_once: tokio::sync::Semaphore::new(serve::REVIEWS_AT_ONCE),
+                });
                 match tokio::net::TcpListener::from_std(listener) {
                     Ok(l) => serve::serve(l, serving_current, reviewer).await,
                     Err(e) => tracing::error!(error = %e, "the webhook cannot listen"),
@@ -347,6 +362,7 @@ mod tests {
             name: "ruleop".into(),
             namespace: "ruleop-system".into(),
             selector: None,
+            identity: "test".into(),
         }
     }
 

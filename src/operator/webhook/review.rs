@@ -54,8 +54,10 @@ impl Served {
 pub struct Answer {
     /// The AdmissionReview to send if the author holds the right (or none is asked).
     pub review: Value,
-    /// The author and the right their Rule demands (see [`crate::access::authority`]).
-    pub ask: Option<(Option<Requester>, Demand)>,
+    /// The author and the rights their Rule demands (see [`crate::access::authority`]):
+    /// for an update, the Rule as it was demands its own too (no one takes over a Rule
+    /// that runs as an account they may not act as).
+    pub ask: Option<(Option<Requester>, Vec<Demand>)>,
 }
 
 /// The AdmissionReview answering `review`, given the kinds served now and the policy: a
@@ -79,17 +81,32 @@ pub fn answer(review: &Value, served: &Served, policy: &Policy) -> Answer {
             review: refused(&uid, 422, "Invalid", &message),
             ask: None,
         },
-        None => Answer {
-            review: allowed(&uid),
-            ask: Some((
-                Requester::from_user_info(&request["userInfo"]),
-                demand(
-                    &load.name,
-                    load.rule.as_ref().and_then(|r| r.identity.as_ref()),
-                ),
-            )),
-        },
+        None => {
+            let mut demands = vec![demand(
+                &load.name,
+                load.rule.as_ref().and_then(|r| r.identity.as_ref()),
+            )];
+            if request["operation"] == "UPDATE" && request["oldObject"].is_object() {
+                let was = demand(&load.name, identity_of(&request["oldObject"]).as_ref());
+                if !demands.contains(&was) {
+                    demands.push(was);
+                }
+            }
+            Answer {
+                review: allowed(&uid),
+                ask: Some((Requester::from_user_info(&request["userInfo"]), demands)),
+            }
+        }
     }
+}
+
+/// The account a stored Rule names (read as it is: it may no longer compile).
+fn identity_of(rule: &Value) -> Option<crate::rules::Identity> {
+    let sa = &rule["spec"]["serviceAccount"];
+    Some(crate::rules::Identity {
+        name: sa["name"].as_str()?.to_string(),
+        namespace: sa["namespace"].as_str()?.to_string(),
+    })
 }
 
 fn allowed(uid: &Value) -> Value {
@@ -281,11 +298,22 @@ mod tests {
     fn a_rule_that_loads_asks_its_authors_right_and_the_policy_is_checked_first() {
         let served = Served::default();
         let a = answer(&review(rule(json!(2))), &served, &Policy::default());
-        let (who, demand) = a.ask.expect("a right to ask");
+        let (who, demands) = a.ask.expect("a right to ask");
         assert!(who.is_none(), "no userInfo in this review");
         assert_eq!(
-            (demand.verb.as_str(), demand.name.as_str()),
+            (demands[0].verb.as_str(), demands[0].name.as_str()),
             ("escalate", "web")
+        );
+        // An update of a Rule that ran as an account demands that account too.
+        let mut old = rule(json!(2));
+        old["spec"]["serviceAccount"] = json!({"name": "b", "namespace": "team-b"});
+        let update = json!({"request": {"uid": "u", "operation": "UPDATE",
+            "object": rule(json!(3)), "oldObject": old}});
+        let (_, demands) = answer(&update, &served, &Policy::default()).ask.unwrap();
+        assert_eq!(demands.len(), 2);
+        assert_eq!(
+            (demands[1].verb.as_str(), demands[1].namespace.as_deref()),
+            ("impersonate", Some("team-b"))
         );
         let strict = Policy {
             require_identity: true,

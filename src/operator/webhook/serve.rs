@@ -156,7 +156,7 @@ async fn review_one(review: &serde_json::Value, reviewer: &Reviewer) -> serde_js
         );
     };
     let answer = super::review::answer(review, &reviewer.served, &reviewer.policy);
-    let Some((who, demand)) = answer.ask else {
+    let Some((who, demands)) = answer.ask else {
         return answer.review;
     };
     let name = review["request"]["object"]["metadata"]["name"]
@@ -165,19 +165,21 @@ async fn review_one(review: &serde_json::Value, reviewer: &Reviewer) -> serde_js
     let Some(who) = who else {
         return super::review::forbidden(review, name, "the request names no user to check");
     };
-    match crate::access::authority::denied(&reviewer.client, &who, &demand).await {
-        Ok(None) => answer.review,
-        Ok(Some(why)) => {
-            tracing::info!(rule = %name, user = %who.user, verb = %demand.verb, "Rule refused: its author lacks the right it demands");
-            super::review::forbidden(review, name, &why)
+    for demand in &demands {
+        match crate::access::authority::denied(&reviewer.client, &who, demand).await {
+            Ok(None) => {}
+            Ok(Some(why)) => {
+                tracing::info!(rule = %name, user = %who.user, verb = %demand.verb, "Rule refused: its author lacks the right it demands");
+                return super::review::forbidden(review, name, &why);
+            }
+            Err(e) => {
+                let why = format!(
+                    "whether {} may write it could not be asked of the API server ({e}); apply again",
+                    who.user
+                );
+                return super::review::forbidden(review, name, &why);
+            }
         }
-        Err(e) => super::review::forbidden(
-            review,
-            name,
-            &format!(
-                "whether {} may write it could not be asked of the API server ({e}); apply again",
-                who.user
-            ),
-        ),
     }
+    answer.review
 }
