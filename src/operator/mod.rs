@@ -256,6 +256,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         event_quiet: Some(busy),
         rules: objects.as_ref().map(|o| o.store.clone()),
         clients,
+        policy: args.policy(),
     };
     let rule_api: kube::Api<kube::api::DynamicObject> =
         kube::Api::all_with(process.client.clone(), &objects::resource());

@@ -77,8 +77,24 @@ pub fn secret_flows(rule: &CompiledRule) -> Vec<SecretFlow> {
         .map(|e| format!("existing.{}", e.id))
         .collect();
     let watches_secrets = rule.watch.group.is_empty() && rule.watch.resource == "secrets";
-    if sources.is_empty() && !watches_secrets {
+    if sources.is_empty()
+        && !watches_secrets
+        && !rule
+            .children
+            .iter()
+            .any(|c| is_secret(&c.api_version, &c.kind))
+    {
         return Vec::new();
+    }
+    // A Secret child's live object is Secret data whoever filled it (a token the
+    // controller writes into a `service-account-token` Secret).
+    for c in rule
+        .children
+        .iter()
+        .filter(|c| is_secret(&c.api_version, &c.kind))
+    {
+        sources.push(format!("observed.{}", c.id));
+        sources.push(format!("children.{}", c.id));
     }
     let mut flows = Vec::new();
     for &i in &rule.order {
@@ -185,10 +201,34 @@ fn node_paths(
 
 /// Whether `path` reads past the metadata of `source` (`existing.db.data.p`, `existing.db`
 /// whole; not `existing.db.metadata.name`).
+/// What of an object's metadata is no secret (its annotations may hold its whole data:
+/// `kubectl apply`'s last-applied configuration).
+const PLAIN_METADATA: &[&str] = &["name", "namespace", "labels", "uid"];
+
 fn reads_data(path: &str, source: &str) -> bool {
+    // A path that stops above the source (`existing`, when the template reads
+    // `existing['db-creds']`) may read it: the id is not known statically.
+    if source.starts_with(path) && source[path.len()..].starts_with('.') {
+        return true;
+    }
     match path.strip_prefix(source) {
         Some("") => true,
-        Some(rest) => rest.starts_with('.') && !rest[1..].starts_with("metadata"),
+        Some(rest) => {
+            let Some(rest) = rest.strip_prefix('.') else {
+                return false;
+            };
+            match rest.strip_prefix("metadata") {
+                None => true,
+                Some(meta) => {
+                    let field = meta
+                        .trim_start_matches('.')
+                        .split('.')
+                        .next()
+                        .unwrap_or_default();
+                    !PLAIN_METADATA.contains(&field)
+                }
+            }
+        }
         None => false,
     }
 }
@@ -349,5 +389,26 @@ mod tests {
             "only the status reads past the name: {flows:?}"
         );
         assert_eq!(flows[0].from, vec!["the watched Secret".to_string()]);
+    }
+
+    #[test]
+    fn a_subscripted_id_an_annotation_and_a_secret_filled_by_others_are_reads_the_name_is_not() {
+        assert!(reads_data("existing", "existing.creds"));
+        assert!(reads_data(
+            "existing.creds.metadata.annotations",
+            "existing.creds"
+        ));
+        assert!(reads_data("existing.creds.metadata", "existing.creds"));
+        assert!(!reads_data(
+            "existing.creds.metadata.name",
+            "existing.creds"
+        ));
+        assert!(!reads_data("existing.credsx.data", "existing.creds"));
+        let text = format!(
+            "{HEAD}children:\n  - id: token\n    template: {{apiVersion: v1, kind: Secret, metadata: {{name: \"{{{{ name }}}}\"}}, type: kubernetes.io/service-account-token}}\nstatus:\n  fields:\n    - name: token\n      type: string\n      value: children.token.data.token\n"
+        );
+        let flows = secret_flows(&rule(&text));
+        assert_eq!(flows.len(), 1, "{flows:?}");
+        assert_eq!(flows[0].from, vec!["children.token".to_string()]);
     }
 }

@@ -35,6 +35,7 @@ fn compile(
     rule: &CompiledRule,
     number: i64,
     spec: &serde_json::Value,
+    policy: &crate::rules::policy::Policy,
 ) -> Option<Arc<CompiledRule>> {
     let uid = rule
         .object
@@ -47,7 +48,14 @@ fn compile(
         let problems: Vec<String> = load.problems.iter().map(ToString::to_string).collect();
         tracing::warn!(revision = number, problems = %problems.join("; "), "a kept revision no longer compiles (a kind's schema changed?): resources that would take it take the newest");
     }
-    load.rule
+    let rule = load.rule?;
+    let refused = crate::rules::policy::problems(&rule, policy);
+    if !refused.is_empty() {
+        let problems: Vec<String> = refused.iter().map(|(_, e)| e.to_string()).collect();
+        tracing::warn!(revision = number, problems = %problems.join("; "), "a kept revision breaks the installation's policy: resources that would take it take the newest");
+        return None;
+    }
+    Some(rule)
 }
 
 /// The newest revision first, then the others a Rule keeps: the rollout's previous one
@@ -57,6 +65,7 @@ pub(super) fn revisions(
     rule: &Arc<CompiledRule>,
     history: Option<&History>,
     progress: Option<&Progress>,
+    policy: &crate::rules::policy::Policy,
 ) -> Vec<Loaded> {
     let mut out = vec![Loaded {
         number: history.map(|h| h.current),
@@ -67,7 +76,10 @@ pub(super) fn revisions(
     };
     let from = progress.map(|p| p.from);
     if let Some(f) = from.filter(|f| *f != h.current)
-        && let Some(r) = h.kept.get(&f).and_then(|rev| compile(rule, f, &rev.spec))
+        && let Some(r) = h
+            .kept
+            .get(&f)
+            .and_then(|rev| compile(rule, f, &rev.spec, policy))
     {
         out.push(Loaded {
             number: Some(f),
@@ -79,7 +91,7 @@ pub(super) fn revisions(
         if *n == h.current || Some(*n) == from {
             continue;
         }
-        match compile(rule, *n, &rev.spec) {
+        match compile(rule, *n, &rev.spec, policy) {
             Some(r) if kinds(&r).is_subset(&allowed) => out.push(Loaded {
                 number: Some(*n),
                 rule: r,

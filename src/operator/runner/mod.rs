@@ -333,7 +333,7 @@ async fn run(
     if progress.is_none() {
         info.set_rollout(None);
     }
-    let loaded = loaded::revisions(&rule, history.as_ref(), progress.as_ref());
+    let loaded = loaded::revisions(&rule, history.as_ref(), progress.as_ref(), &opts.policy);
     // A rollout whose previous revision no longer loads pauses: the resources not reached
     // wait (they never take the newest in its place).
     let (progress, held) = rollout::hold_missing_from(progress, &loaded, history.as_ref(), now());

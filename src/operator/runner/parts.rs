@@ -36,6 +36,8 @@ pub struct Options {
     pub rules: Option<kube::runtime::reflector::Store<kube::api::DynamicObject>>,
     /// The clients of rules that name a ServiceAccount.
     pub clients: Arc<crate::client::Clients>,
+    /// The installation's policy: a kept revision that breaks it does not run either.
+    pub policy: crate::rules::policy::Policy,
 }
 
 /// What a running rule shows of itself (for a Rule's status).
