@@ -63,6 +63,8 @@ pub struct Reviewer {
 /// Reviews compiling at once; connections open at once.
 pub const REVIEWS_AT_ONCE: usize = 4;
 const CONNECTIONS_AT_ONCE: usize = 64;
+/// How long a request's body may take to arrive.
+const READ_BODY: Duration = Duration::from_secs(5);
 /// How long a review waits for its turn before it is refused as busy (the API server
 /// waits 5 s: `timeoutSeconds`).
 const WAIT_FOR_TURN: Duration = Duration::from_secs(3);
@@ -131,9 +133,12 @@ async fn handle(
     if req.method() != hyper::Method::POST || req.uri().path() != PATH {
         return Ok(reply(StatusCode::NOT_FOUND, "{}".into()));
     }
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(_) => return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, "{}".into())),
+    // The whole body within the API server's own wait (a slow sender holds no slot longer).
+    let read = Limited::new(req.into_body(), MAX_BODY).collect();
+    let body = match tokio::time::timeout(READ_BODY, read).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(_)) => return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, "{}".into())),
+        Err(_) => return Ok(reply(StatusCode::REQUEST_TIMEOUT, "{}".into())),
     };
     let Ok(review) = serde_json::from_slice::<serde_json::Value>(&body) else {
         return Ok(reply(StatusCode::BAD_REQUEST, "{}".into()));
