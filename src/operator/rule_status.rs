@@ -108,6 +108,8 @@ pub fn desired(v: &ObjectVerdict, running: Option<&Running>) -> Value {
         "observedGeneration": v.generation,
         "conditions": [accepted, ready, reconciling, stalled],
         "problems": v.problems,
+        // (Null: a merge patch removes what an earlier status said.)
+        "warnings": if v.warnings.is_empty() { Value::Null } else { json!(v.warnings) },
         // (A Rule not in force serves nothing: null removes what an earlier status said.)
         "watch": null,
     });
@@ -301,6 +303,7 @@ mod tests {
             } else {
                 vec!["spec.children[0].template.spec.replicas: \"3\" is a string".into()]
             },
+            warnings: vec![],
         }
     }
 

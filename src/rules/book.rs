@@ -53,6 +53,9 @@ pub struct ObjectVerdict {
     pub in_force: Option<i64>,
     /// Every problem, each with its path in the Rule (or its reason).
     pub problems: Vec<String>,
+    /// What runs only because the installation allows it (`--allow-secret-reads`: each
+    /// place the rule copies Secret data to), each with its path.
+    pub warnings: Vec<String>,
 }
 
 impl RuleBook {
@@ -122,11 +125,25 @@ impl RuleBook {
             .filter(|r| r.at.file == source_path(name))
             .and_then(|r| r.object.as_ref())
             .map(|o| o.generation);
+        let warnings = match (&e.load.rule, self.policy.allow_secret_reads) {
+            (Some(r), true) => super::policy::secret_flows(r)
+                .iter()
+                .map(|f| {
+                    format!(
+                        "{}: {} (run because of --allow-secret-reads)",
+                        f.path(),
+                        f.describe()
+                    )
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         Some(ObjectVerdict {
             generation: e.load.generation,
             accepted: problems.is_empty() && in_force == Some(e.load.generation),
             in_force,
             problems,
+            warnings,
         })
     }
 
@@ -541,6 +558,26 @@ mod tests {
                 .any(|p| p.starts_with("spec.serviceAccount: ") && p.contains("--require-identity")),
             "{:?}",
             v.problems
+        );
+        // Allowed to copy Secrets: it runs, and its status says where it copies them.
+        let copies = "name: obj\nwatch: {group: x.io, version: v1, resource: objs}\nexisting:\n  - {id: s, apiVersion: v1, kind: Secret, name: creds}\nchildren:\n  - id: cm\n    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}, data: {t: \"{{ existing.s.data.t }}\"}}\n";
+        let spec: serde_json::Value = serde_yaml::from_str(copies).unwrap();
+        let obj = serde_json::json!({"metadata": {"name": "obj", "uid": "u", "generation": 1}, "spec": spec});
+        let mut strict = RuleBook::new(Vec::new());
+        strict.set_objects(std::slice::from_ref(&obj));
+        assert!(strict.rules().is_empty(), "refused without the flag");
+        let allowing = Policy {
+            allow_secret_reads: true,
+            ..Policy::default()
+        };
+        let mut allowed = RuleBook::new(Vec::new()).with_policy(allowing);
+        allowed.set_objects(&[obj]);
+        assert_eq!(allowed.rules().len(), 1);
+        let v = allowed.object_verdict("obj").unwrap();
+        assert!(
+            v.warnings.len() == 1 && v.warnings[0].starts_with("spec.children[0]: child `cm`"),
+            "{:?}",
+            v.warnings
         );
         // Without the policy, both run.
         let mut open = RuleBook::new(vec![dir.path().to_path_buf()]);

@@ -231,6 +231,8 @@ pub fn crd() -> Value {
                                 "resources": {"type": "integer", "format": "int64"},
                                 "conditions": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
                                 "problems": {"type": "array", "items": {"type": "string"}},
+                                "warnings": {"type": "array", "items": {"type": "string"},
+                                    "description": "What runs only because the installation allows it (--allow-secret-reads: each place the rule copies Secret data to)."},
                                 "rollout": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
                                 "identity": {"type": "object", "description": "The ServiceAccount the rule runs as, the permissions it lacks and the RBAC rules that would grant them.", "x-kubernetes-preserve-unknown-fields": true},
                             },
