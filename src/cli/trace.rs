@@ -5,6 +5,7 @@
 use super::args::{TraceArgs, TraceOutput};
 use crate::render::{CHILD_LABEL, RULE_LABEL};
 use crate::rules::CompiledRule;
+use crate::status::condition_of as condition;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::{ApiResource, Scope};
 use serde::Serialize;
@@ -179,13 +180,6 @@ async fn children(
         }
     }
     Ok(out)
-}
-
-fn condition<'a>(o: &'a Value, type_: &str) -> Option<&'a Value> {
-    o["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
 }
 
 fn resource_node(kind: &str, name: &str, cr: &Value) -> Node {

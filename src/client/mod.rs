@@ -69,13 +69,17 @@ pub async fn plain() -> Result<kube::Client, kube::Error> {
 /// standby too) and which ask, never write (SubjectAccessReviews).
 pub async fn unguarded(identity: &str) -> Result<kube::Client, kube::Error> {
     let mut config = config().await?;
-    if let Ok(agent) = http::HeaderValue::from_str(&format!(
-        "ruleop/{} ({identity}; webhook)",
-        env!("CARGO_PKG_VERSION")
-    )) {
+    say_who(&mut config, &format!("{identity}; webhook"));
+    kube::Client::try_from(config)
+}
+
+/// Each replica says who it is in its user agent (`ruleop/0.1.0 (<who>)`), so the API
+/// server's audit log tells them apart.
+fn say_who(config: &mut kube::Config, who: &str) {
+    let agent = format!("ruleop/{} ({who})", env!("CARGO_PKG_VERSION"));
+    if let Ok(agent) = http::HeaderValue::from_str(&agent) {
         config.headers.push((http::header::USER_AGENT, agent));
     }
-    kube::Client::try_from(config)
 }
 
 /// What stands between ruleop's requests and the API server: the token bucket (`--qps`,
@@ -110,13 +114,7 @@ pub async fn build_as(
     let mut config = config().await?;
     config.read_timeout = Some(Duration::from_secs(u64::from(watch_timeout) + 10));
     config.reset_reader_on_write = true;
-    // Each replica says who it is, so the API server's audit log tells them apart.
-    if let Ok(agent) = http::HeaderValue::from_str(&format!(
-        "ruleop/{} ({identity})",
-        env!("CARGO_PKG_VERSION")
-    )) {
-        config.headers.push((http::header::USER_AGENT, agent));
-    }
+    say_who(&mut config, identity);
     let mut counted = None;
     if let Some((user, counter)) = act_as {
         // (A rule's account is checked at load: its name is always a header value.)

@@ -81,10 +81,7 @@ pub fn report_problem(ctx: &Ctx, cr: &DynamicObject, cr_json: &Value, p: &Proble
         ctx.process.metrics.error(&ctx.rule.name, category);
         tracing::warn!(rule = %ctx.rule.name, object = %key_of(cr), reason = p.reason, error = %p.message, "custom resource not synced");
     }
-    let was = cr_json
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|a| a.iter().find(|c| c["type"] == "Synced"))
+    let was = crate::status::condition_of(cr_json, "Synced")
         .map(|c| (c["reason"].clone(), c["message"].clone()));
     if was != Some((json!(p.reason), json!(p.message))) {
         let type_ = if waiting {

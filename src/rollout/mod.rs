@@ -119,11 +119,7 @@ impl Resource {
             meta["namespace"].as_str().unwrap_or_default(),
             meta["name"].as_str().unwrap_or_default()
         );
-        let condition = |t: &str| {
-            o["status"]["conditions"]
-                .as_array()
-                .and_then(|c| c.iter().find(|c| c["type"] == t))
-        };
+        let condition = |t: &str| crate::status::condition_of(o, t);
         let generation = meta["generation"].as_i64();
         let current = |c: &Value| {
             c["observedGeneration"].as_i64().is_none()

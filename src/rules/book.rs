@@ -188,20 +188,12 @@ impl RuleBook {
     /// A Rule whose rule breaks the policy: refused, each problem at its path.
     fn refuse_object_against_policy(policy: &Policy, load: &mut ObjectLoad) {
         let Some(rule) = &load.rule else { return };
-        let found = super::policy::problems(rule, policy);
+        let found = super::policy::object_problems(rule, policy);
         if found.is_empty() {
             return;
         }
         load.rule = None;
-        load.problems.extend(found.into_iter().map(|(path, e)| {
-            let text = e.to_string();
-            // (The message without the pseudo-file's location: the path says where.)
-            let message = text
-                .split_once(": ")
-                .map_or(text.as_str(), |(_, m)| m)
-                .to_string();
-            super::object::ObjectProblem { path, message }
-        }));
+        load.problems.extend(found);
     }
 
     /// Every rule name a source holds now, in force or refused (a rule whose name is not

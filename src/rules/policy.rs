@@ -267,6 +267,22 @@ fn secret_reads(
     from
 }
 
+/// What `policy` refuses in a Rule object's `rule`, each at its path in the Rule (the
+/// message without the pseudo-file's location: the path says where).
+pub fn object_problems(rule: &CompiledRule, policy: &Policy) -> Vec<super::object::ObjectProblem> {
+    problems(rule, policy)
+        .into_iter()
+        .map(|(path, e)| {
+            let text = e.to_string();
+            let message = text
+                .split_once(": ")
+                .map_or(text.as_str(), |(_, m)| m)
+                .to_string();
+            super::object::ObjectProblem { path, message }
+        })
+        .collect()
+}
+
 /// What `policy` refuses in `rule`, each as a problem with its fix.
 pub fn problems(rule: &CompiledRule, policy: &Policy) -> Vec<(String, LoadError)> {
     let mut out = Vec::new();

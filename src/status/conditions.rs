@@ -13,6 +13,14 @@ pub struct Condition {
     pub message: String,
 }
 
+/// The condition `type_` of an object's `status.conditions`, if it has one.
+pub fn condition_of<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
 /// Builds the `conditions` array from `wanted`, keeping each one's lastTransitionTime
 /// from `existing` when its status did not change. `now` is an RFC 3339 time.
 pub fn merge_conditions(

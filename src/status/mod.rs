@@ -15,7 +15,7 @@ mod conditions;
 mod schema;
 pub mod verdict;
 
-pub use conditions::{Condition, merge_conditions};
+pub use conditions::{Condition, condition_of, merge_conditions};
 pub use schema::StatusSchema;
 
 use crate::render::{Plan, Scope, readiness};

@@ -162,13 +162,9 @@ fn verdict(load: &ObjectLoad, served: &[Serving], policy: &Policy) -> Option<Str
     }
     if let Some(r) = &load.rule {
         problems.extend(
-            crate::rules::policy::problems(r, policy)
-                .into_iter()
-                .map(|(path, e)| {
-                    let text = e.to_string();
-                    let m = text.split_once(": ").map_or(text.as_str(), |(_, m)| m);
-                    format!("{path}: {m}")
-                }),
+            crate::rules::policy::object_problems(r, policy)
+                .iter()
+                .map(ToString::to_string),
         );
     }
     if let Some(r) = &load.rule
