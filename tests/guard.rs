@@ -13,13 +13,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-const POLICY: &str = r#"apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived]
-rules:
-  - level: Metadata
-"#;
-
 const QPS: f64 = 4.0;
 const BURST: usize = 4;
 
@@ -60,7 +53,12 @@ fn websites(ns: &str, n: usize) -> String {
 async fn a_low_qps_is_honoured_over_every_window() {
     let dir = tempfile::tempdir().unwrap();
     let ns = "guarded";
-    let (c, audit) = common::cluster_with_audit(ns, POLICY, dir.path(), &[("RULEOP_MINIMAL", "1")]);
+    let (c, audit) = common::cluster_with_audit(
+        ns,
+        common::AUDIT_METADATA,
+        dir.path(),
+        &[("RULEOP_MINIMAL", "1")],
+    );
     let op = Operator::start_with_env(
         ns,
         &["rules/website.yaml"],

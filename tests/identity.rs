@@ -14,13 +14,6 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-const POLICY: &str = r#"apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived]
-rules:
-  - level: Metadata
-"#;
-
 const GRANT: &str = r#"name: grant
 watch: {group: id.example.com, version: v1, resource: grants}
 schema:
@@ -141,7 +134,7 @@ fn acting_as(e: &Value) -> Option<&str> {
 async fn each_rule_runs_as_its_own_account_checked_before_it_starts() {
     let dir = tempfile::tempdir().unwrap();
     let ns = "identities";
-    let (c, audit) = common::cluster_with_audit(ns, POLICY, dir.path(), &[]);
+    let (c, audit) = common::cluster_with_audit(ns, common::AUDIT_METADATA, dir.path(), &[]);
     let root = env!("CARGO_MANIFEST_DIR");
     c.kubectl(
         &[
@@ -155,17 +148,7 @@ async fn each_rule_runs_as_its_own_account_checked_before_it_starts() {
     let (code, crd, err) = common::ruleop_cli(&["crd", "--rules", &files[2]], false);
     assert_eq!(code, 0, "{err}");
     c.kubectl(&["apply", "-f", "-"], Some(&crd));
-    for crd in ["myapps.myscheme.example.com", "grants.id.example.com"] {
-        c.kubectl(
-            &[
-                "wait",
-                "--for=condition=Established",
-                &format!("crd/{crd}"),
-                "--timeout=60s",
-            ],
-            None,
-        );
-    }
+    c.wait_established(&["myapps.myscheme.example.com", "grants.id.example.com"]);
     // Each account gets what the rule needs, but the WebSite rule's may not create Services.
     let full = per_rule_rbac(&files, ns);
     c.kubectl(

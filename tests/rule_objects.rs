@@ -183,14 +183,6 @@ async fn a_rule_applied_with_kubectl_serves_and_a_broken_edit_keeps_the_last_goo
 }
 
 /// A free local port.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn the_webhook_refuses_a_broken_rule_and_with_ruleop_down_the_last_good_revision_serves() {
     let client = common::client().await;
@@ -199,7 +191,7 @@ async fn the_webhook_refuses_a_broken_rule_and_with_ruleop_down_the_last_good_re
     let name = format!("site-{ns}");
     let hook = format!("ruleop-{ns}");
     let selector = format!("ruleop.dev/test={ns}");
-    let port = free_port();
+    let port = common::free_port();
     let addr = format!("127.0.0.1:{port}");
     let url = format!("https://127.0.0.1:{port}/validate-rules");
     let args = [

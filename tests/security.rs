@@ -22,13 +22,6 @@ use common::{Operator, eventually, kubectl_at};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-const POLICY: &str = r#"apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived]
-rules:
-  - level: Metadata
-"#;
-
 const NS: &str = "team-a";
 const OPS: &str = "ruleop-sec";
 const T: Duration = Duration::from_secs(90);
@@ -212,7 +205,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 #[tokio::test]
 async fn a_tenant_cannot_escalate_through_a_rule() {
     let dir = tempfile::tempdir().unwrap();
-    let (c, audit) = common::cluster_with_audit(NS, POLICY, dir.path(), &[]);
+    let (c, audit) = common::cluster_with_audit(NS, common::AUDIT_METADATA, dir.path(), &[]);
     let kc = c.kubeconfig.clone();
     let root = env!("CARGO_MANIFEST_DIR");
     c.kubectl(
@@ -224,22 +217,8 @@ async fn a_tenant_cannot_escalate_through_a_rule() {
         None,
     );
     c.kubectl(&["apply", "-f", "-"], Some(SETUP));
-    for crd in ["notes.sec.example.com", "rules.ruleop.dev"] {
-        c.kubectl(
-            &[
-                "wait",
-                "--for=condition=Established",
-                &format!("crd/{crd}"),
-                "--timeout=60s",
-            ],
-            None,
-        );
-    }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    c.wait_established(&["notes.sec.example.com", "rules.ruleop.dev"]);
+    let port = common::free_port();
     let addr = format!("127.0.0.1:{port}");
     let url = format!("https://127.0.0.1:{port}/validate-rules");
     let args = [

@@ -442,17 +442,24 @@ impl Cluster {
             ],
             None,
         );
-        c.kubectl(
-            &[
-                "wait",
-                "--for=condition=Established",
-                "crd/websites.sre.example.com",
-                "--timeout=60s",
-            ],
-            None,
-        );
+        c.wait_established(&["websites.sre.example.com"]);
         c.kubectl(&["create", "namespace", ns], None);
         c
+    }
+
+    /// Waits until each CRD of `crds` (by name) is Established.
+    pub fn wait_established(&self, crds: &[&str]) {
+        for crd in crds {
+            self.kubectl(
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    &format!("crd/{crd}"),
+                    "--timeout=60s",
+                ],
+                None,
+            );
+        }
     }
 
     pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
@@ -580,6 +587,23 @@ pub fn ruleop_cli(args: &[&str], cluster: bool) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A port free on loopback now (for a webhook the API server reaches by URL).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An audit policy that records every request's metadata (who, what, as whom), once.
+pub const AUDIT_METADATA: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+"#;
 
 /// A cluster of its own with the WebSite CRD and namespace `ns`, its API server writing an
 /// audit log by `policy` into `dir`; gives the cluster and the log's path.
