@@ -2,7 +2,8 @@
 # Regenerates deploy/crds/ (`ruleop crd`, the Rule kind's by `ruleop crd --rule-kind`), deploy/rbac.yaml (`ruleop rbac`) and
 # deploy/rules-configmap.yaml from rules/, examples/rules.yaml (the rules as Rule objects), and the
 # per-rule form in examples/per-rule/ (each shipped rule as a Rule running as its own ServiceAccount,
-# ruleop-<rule> in ruleop-system, and `ruleop rbac --per-rule` for them).
+# ruleop-<rule> in ruleop-system, and `ruleop rbac --per-rule` for them), and the Helm chart's
+# generated parts (charts/ruleop/crds/ and files/).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -28,4 +29,13 @@ per_rule() { (cd "$tmp" && cargo run --quiet --manifest-path "$repo/Cargo.toml" 
 per_rule rbac --per-rule --rules rules/ --crd "$repo/deploy/crds/websites.sre.example.com.yaml" --crd "$repo/deploy/crds/myapps.myscheme.example.com.yaml" |
   awk 'BEGIN { RS = "---\n"; ORS = "" } NR == 1 { print; next } /\n  name: ruleop-(rule-|impersonate)|^apiVersion: v1\nkind: ServiceAccount/ { print "---\n" $0 }' >examples/per-rule/rbac.yaml
 per_rule rule --rules rules/ >examples/per-rule/rules.yaml
-echo "regenerated deploy/crds/, deploy/rbac.yaml, deploy/rules-configmap.yaml, examples/rules.yaml and examples/per-rule/"
+# The Helm chart's generated parts: the CRDs, the shipped rules, their RBAC (with the
+# CRD roles, which the chart renders only with installCRDs) and the admission policies.
+chart=charts/ruleop
+rm -f "$chart"/crds/*.yaml "$chart"/files/rules/*.yaml
+mkdir -p "$chart/crds" "$chart/files/rules"
+cp deploy/crds/*.yaml "$chart/crds/"
+cp rules/*.yaml "$chart/files/rules/"
+cp deploy/admission-policy.yaml "$chart/files/admission-policy.yaml"
+cargo run --quiet -- rbac --install-crds --rules rules/ --crd deploy/crds/websites.sre.example.com.yaml --crd deploy/crds/myapps.myscheme.example.com.yaml >"$chart/files/rbac.yaml"
+echo "regenerated deploy/crds/, deploy/rbac.yaml, deploy/rules-configmap.yaml, examples/rules.yaml, examples/per-rule/ and charts/ruleop/{crds,files}/"

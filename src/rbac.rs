@@ -198,12 +198,11 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
         policy_rules(&perms),
         &subject,
     ));
-    if t.install_crds && rules.iter().any(|r| r.crd.is_some()) {
-        // (With no schema there is no CRD to install: an empty `resourceNames` would
-        // grant every CRD, so nothing is granted.)
-        // Only the CRDs of these rules, by name; listing the kinds' resources (to check
-        // a change against what is stored) is already granted above.
-        let names: Vec<String> = rules
+    if t.install_crds {
+        // Only the CRDs of these rules, by name, and the Rule kind's (ruleop applies it too);
+        // listing the kinds' resources (to check a change against what is stored) is already
+        // granted above, and listing Rules below.
+        let mut names: Vec<String> = rules
             .iter()
             .filter_map(|r| {
                 r.crd.as_ref()?["metadata"]["name"]
@@ -211,6 +210,7 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
                     .map(str::to_string)
             })
             .collect();
+        names.push(crate::rules::object::CRD_NAME.to_string());
         let crds = format!("{}-crds", t.name);
         out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": crds},
             "rules": [
@@ -335,27 +335,28 @@ mod tests {
     }
 
     #[test]
-    fn install_crds_grants_only_the_rules_crds_and_nothing_without_a_schema() {
+    fn install_crds_grants_only_the_rules_crds_and_the_rule_kinds() {
         let load = |text: &str| crate::rules::load_str(text, std::path::Path::new("r.yaml")).0;
         let t = Target {
             install_crds: true,
             ..target()
         };
-        let m = manifests(&load(include_str!("../rules/website.yaml")), &t);
-        let crds = m
-            .iter()
-            .find(|x| x["metadata"]["name"] == "ruleop-crds")
-            .expect("a ClusterRole for CRDs");
+        let names = |rules| {
+            let m = manifests(&load(rules), &t);
+            m.iter()
+                .find(|x| x["metadata"]["name"] == "ruleop-crds")
+                .expect("a ClusterRole for CRDs")["rules"][0]["resourceNames"]
+                .clone()
+        };
         assert_eq!(
-            crds["rules"][0]["resourceNames"],
-            json!(["websites.sre.example.com"])
+            names(include_str!("../rules/website.yaml")),
+            json!(["websites.sre.example.com", "rules.ruleop.dev"])
         );
-        // No schema: no CRD to install, and no (unbounded) grant.
-        let m = manifests(
-            &load(include_str!("../tests/fixtures/microservice/rules.yaml")),
-            &t,
+        // No schema: no CRD of the rule to install, and never an unbounded grant.
+        assert_eq!(
+            names(include_str!("../tests/fixtures/microservice/rules.yaml")),
+            json!(["rules.ruleop.dev"])
         );
-        assert!(m.iter().all(|x| x["metadata"]["name"] != "ruleop-crds"));
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! what the state is: Current / Healthy once Ready, InProgress / Progressing while it gets
 //! there, Failed / Degraded once it failed.
 
+mod common;
+
 use ruleop::status::verdict::{self, SyncProblem};
 use ruleop::status::{Report, merge_conditions};
 use serde_json::{Value, json};
@@ -105,17 +107,7 @@ fn states() -> Vec<(&'static str, Value, &'static str, &'static str)> {
 
 #[test]
 fn kstatus_reads_each_state_as_it_is() {
-    let tool =
-        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/build.sh"))
-            .arg("kstatus")
-            .output()
-            .expect("tests/tools/build.sh");
-    assert!(
-        tool.status.success(),
-        "building kstatus: {}",
-        String::from_utf8_lossy(&tool.stderr)
-    );
-    let bin = String::from_utf8(tool.stdout).unwrap().trim().to_string();
+    let bin = common::go_tool("kstatus");
     let states = states();
     let input: String = states.iter().map(|(_, r, _, _)| format!("{r}\n")).collect();
     let mut child = std::process::Command::new(&bin)

@@ -100,6 +100,11 @@ impl Cached {
         })
     }
 
+    /// The object's JSON text.
+    pub fn text(&self) -> &str {
+        &self.json
+    }
+
     /// The whole object as JSON (what the rule's paths and expressions read).
     pub fn value(&self) -> Option<Value> {
         serde_json::from_str(&self.json).ok()

@@ -148,18 +148,35 @@ async fn status(State(s): State<AppState>) -> impl IntoResponse {
     axum::Json(s.health.doc())
 }
 
-/// Binds the admin server; serves it until the process ends. Returns the bound address.
+/// What an admin listener serves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Serves {
+    /// Probes, metrics and /status.
+    All,
+    /// Probes and metrics (/status has a listener of its own).
+    Probes,
+    /// /status alone.
+    Status,
+}
+
+/// Binds an admin listener; serves it until the process ends. Returns the bound address.
 pub async fn serve(
     addr: SocketAddr,
+    serves: Serves,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
 ) -> std::io::Result<SocketAddr> {
-    let app = Router::new()
-        .route("/metrics", get(metrics_text))
-        .route("/livez", get(livez))
-        .route("/readyz", get(readyz))
-        .route("/status", get(status))
-        .with_state(AppState { metrics, health });
+    let mut app = Router::new();
+    if serves != Serves::Status {
+        app = app
+            .route("/metrics", get(metrics_text))
+            .route("/livez", get(livez))
+            .route("/readyz", get(readyz));
+    }
+    if serves != Serves::Probes {
+        app = app.route("/status", get(status));
+    }
+    let app = app.with_state(AppState { metrics, health });
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     tokio::spawn(async move {

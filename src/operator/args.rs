@@ -76,9 +76,15 @@ pub struct RunArgs {
     /// Watch and act in this namespace only (default: all namespaces).
     #[arg(long)]
     pub namespace: Option<String>,
-    /// Address of the admin server (/metrics, /livez, /readyz, /status); port 0 picks one.
+    /// Address of the admin server (/metrics, /livez, /readyz, and /status unless
+    /// `--status-addr` moves it); port 0 picks one.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub admin_addr: SocketAddr,
+    /// Serve /status (the rules in force, their sources and identities) here instead of on
+    /// the admin server: `127.0.0.1:8081` keeps it inside the pod (`kubectl port-forward`
+    /// reaches it) while probes and metrics stay on the admin port. Port 0 picks one.
+    #[arg(long)]
+    pub status_addr: Option<SocketAddr>,
     /// Reconcile only while holding the leader Lease.
     #[arg(long)]
     pub leader_elect: bool,

@@ -141,13 +141,23 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let election_client = client::build(args.watch_timeout_seconds, &me, Guard::default())
         .await
         .map_err(RunError::Client)?;
-    let addr = admin::serve(args.admin_addr, metrics.clone(), health.clone())
+    let serves = match args.status_addr {
+        Some(_) => admin::Serves::Probes,
+        None => admin::Serves::All,
+    };
+    let addr = admin::serve(args.admin_addr, serves, metrics.clone(), health.clone())
         .await
         .map_err(|source| RunError::Admin {
             addr: args.admin_addr,
             source,
         })?;
     tracing::info!(%addr, "admin server listening");
+    if let Some(at) = args.status_addr {
+        let addr = admin::serve(at, admin::Serves::Status, metrics.clone(), health.clone())
+            .await
+            .map_err(|source| RunError::Admin { addr: at, source })?;
+        tracing::info!(%addr, "status server listening");
+    }
 
     let lease = args.leader_elect.then(|| {
         // Out-of-range values (negative, infinite) become 0 and are refused by `check`.

@@ -15,6 +15,8 @@ pub const GROUP: &str = "ruleop.dev";
 pub const VERSION: &str = "v1alpha1";
 pub const KIND: &str = "Rule";
 pub const PLURAL: &str = "rules";
+/// The Rule kind's CRD.
+pub const CRD_NAME: &str = "rules.ruleop.dev";
 
 /// The Rule kind's apiVersion.
 pub fn api_version() -> String {

@@ -626,3 +626,19 @@ pub fn cluster_with_audit(
     let c = Cluster::with_websites_env(ns, &all);
     (c, audit.to_str().unwrap().to_string())
 }
+
+/// The path of a Go tool of tests/tools/ (`kstatus`, `helm`, `promtool`), built once from
+/// its pinned modules by tests/tools/build.sh.
+pub fn go_tool(name: &str) -> String {
+    let out =
+        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/build.sh"))
+            .arg(name)
+            .output()
+            .expect("tests/tools/build.sh");
+    assert!(
+        out.status.success(),
+        "building {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}

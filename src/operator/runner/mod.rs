@@ -5,6 +5,7 @@
 use super::inventory;
 use discover::{distinct_kinds, stopped, wait_for};
 
+mod census;
 mod crd_follow;
 mod discover;
 pub mod identity;
@@ -392,6 +393,10 @@ async fn run(
     let sync = Arc::new(SyncTracker::new(watches, synced.clone()));
     let parent_writer = Writer::<Cached>::new(parent.resource.clone());
     let parent_reader = parent_writer.as_reader();
+    let _counted = process
+        .metrics
+        .census
+        .count(&rule.name, census::of(parent_reader.clone()));
     let follow = records.clone();
     let parent_stream = parent_watch(
         &client,

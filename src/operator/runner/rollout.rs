@@ -144,6 +144,10 @@ impl Driver {
             .rollout_updated
             .get_or_create(&labels)
             .set(next.updated as i64);
+        self.metrics
+            .rollout_paused
+            .get_or_create(&labels)
+            .set(i64::from(next.phase == Phase::Paused));
         if moved {
             let _ = self.reconcile_all.try_send(());
             self.event(prev, &next).await;

@@ -1,6 +1,11 @@
 //! Prometheus metrics of the operator. Labels are fixed categories (rule names, error
 //! categories, write actions), never error text.
 
+mod census;
+mod process;
+
+pub use census::{CONDITIONS, Census, Count, Counted, Counts};
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -75,6 +80,10 @@ pub struct Metrics {
     /// resources are Ready on the new revision.
     pub rollout_step: Family<RuleLabels, Gauge>,
     pub rollout_updated: Family<RuleLabels, Gauge>,
+    /// 1 while a rule's rollout is paused (a step failed its health gate, or it was told to).
+    pub rollout_paused: Family<RuleLabels, Gauge>,
+    /// Each running rule's resources by condition, counted on each scrape.
+    pub census: Census,
     /// Requests sent, by the identity they were made as.
     pub identity_requests: Family<IdentityLabels, Counter>,
     /// 1 for each running rule, labelled with the identity it runs as.
@@ -97,7 +106,11 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("ruleop");
+        let mut root = Registry::default();
+        root.register_collector(Box::new(process::Process));
+        let census = Census::default();
+        root.register_collector(Box::new(census.clone()));
+        let registry = root.sub_registry_with_prefix("ruleop");
         let reconciles = Family::<RuleLabels, Counter>::default();
         let reconcile_errors = Family::<ErrorLabels, Counter>::default();
         let reconcile_duration = Family::<RuleLabels, Histogram>::new_with_constructor(|| {
@@ -111,6 +124,7 @@ impl Default for Metrics {
         let rule_info = Family::<RevisionLabels, Gauge>::default();
         let rollout_step = Family::<RuleLabels, Gauge>::default();
         let rollout_updated = Family::<RuleLabels, Gauge>::default();
+        let rollout_paused = Family::<RuleLabels, Gauge>::default();
         let identity_requests = Family::<IdentityLabels, Counter>::default();
         let rule_identity = Family::<RuleIdentityLabels, Gauge>::default();
         let rule_missing_permissions = Family::<RuleLabels, Gauge>::default();
@@ -216,6 +230,11 @@ impl Default for Metrics {
             rollout_updated.clone(),
         );
         registry.register(
+            "rollout_paused",
+            "1 while a rule's rollout is paused (a step failed its health gate, or it was told to pause)",
+            rollout_paused.clone(),
+        );
+        registry.register(
             "events_dropped",
             "Events not published because the rule's event queue was full",
             events_dropped.clone(),
@@ -241,7 +260,9 @@ impl Default for Metrics {
             leader.clone(),
         );
         Metrics {
-            registry,
+            registry: root,
+            rollout_paused,
+            census,
             reconciles,
             reconcile_errors,
             reconcile_duration,
@@ -344,6 +365,39 @@ impl Drop for ReconcileTimer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn process_metrics_and_the_census_are_read_on_each_scrape() {
+        let m = Metrics::default();
+        let text = m.render();
+        for name in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "ruleop_build_info{",
+        ] {
+            assert!(text.contains(name), "{name} in {text}");
+        }
+        assert!(!text.contains("ruleop_process_"), "{text}");
+        assert_eq!(text.matches("# EOF").count(), 1);
+        let counted = m.census.count(
+            "website",
+            Box::new(|| Counts {
+                total: 3,
+                true_of: [2, 3, 1, 0],
+            }),
+        );
+        let text = m.render();
+        for line in [
+            r#"ruleop_resources{rule="website",condition="Ready",status="True"} 2"#,
+            r#"ruleop_resources{rule="website",condition="Ready",status="False"} 1"#,
+            r#"ruleop_resources{rule="website",condition="Stalled",status="False"} 3"#,
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        drop(counted);
+        assert!(!m.render().contains(r#"rule="website",condition"#));
+    }
 
     #[test]
     fn metrics_render_in_prometheus_text_format() {

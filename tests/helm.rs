@@ -1,0 +1,510 @@
+//! The Helm chart (charts/ruleop/), with helm built from Go modules (tests/tools/helm):
+//!
+//! - it lints, and renders what deploy/ holds, object for object (Helm's own labels and
+//!   deploy/'s Namespace aside): with the defaults, in per-rule mode (examples/per-rule/'s
+//!   ruleop), and with the monitoring package (deploy/monitoring/); its generated files are
+//!   fresh, and its appVersion is ruleop's;
+//! - on a control plane of its own: `helm install`, ruleop run as the chart's ServiceAccount
+//!   with the chart's arguments and rules makes a WebSite Ready; `helm upgrade` with other
+//!   values and a new chart version restarts no pod of the WebSite; `helm uninstall` and the
+//!   namespace's deletion leave nothing of ruleop but the CRDs (Helm keeps those by design).
+
+mod common;
+
+use common::{Cluster, eventually, kubectl_at};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const NS: &str = "ruleop-system";
+const T: Duration = Duration::from_secs(120);
+
+/// Runs helm; gives stdout, failing the test with stderr when helm fails.
+fn helm(args: &[&str], kubeconfig: Option<&str>) -> String {
+    let mut cmd = std::process::Command::new(common::go_tool("helm"));
+    cmd.args(args).current_dir(ROOT);
+    // helm's own state (repositories, cache) out of $HOME.
+    let home = std::path::Path::new(ROOT).join("target/helm-home");
+    cmd.env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    match kubeconfig {
+        Some(kc) => cmd.env("KUBECONFIG", kc),
+        None => cmd.env_remove("KUBECONFIG"),
+    };
+    let out = cmd.output().expect("running helm");
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The objects of a multi-document YAML text, by `Kind namespace/name`.
+fn objects(text: &str) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+        if v.is_null() {
+            continue;
+        }
+        let key = format!(
+            "{} {}/{}",
+            v["kind"].as_str().unwrap_or_default(),
+            v["metadata"]["namespace"].as_str().unwrap_or_default(),
+            v["metadata"]["name"].as_str().unwrap_or_default()
+        );
+        out.insert(key, v);
+    }
+    out
+}
+
+/// What Helm adds to every object, taken off: its labels (and an emptied label map).
+fn without_helm_labels(mut o: Value) -> Value {
+    if let Some(labels) = o["metadata"]["labels"].as_object_mut() {
+        for l in [
+            "helm.sh/chart",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/managed-by",
+            "app.kubernetes.io/version",
+        ] {
+            labels.remove(l);
+        }
+        if labels.is_empty() {
+            o["metadata"].as_object_mut().unwrap().remove("labels");
+        }
+    }
+    o
+}
+
+/// `helm template` of the chart with `set` (values), as objects.
+fn chart(set: &[&str]) -> BTreeMap<String, Value> {
+    let mut args = vec![
+        "template",
+        "ruleop",
+        "charts/ruleop",
+        "--namespace",
+        NS,
+        "--include-crds",
+    ];
+    for s in set {
+        args.extend(["--set", s]);
+    }
+    objects(&helm(&args, None))
+        .into_iter()
+        .map(|(k, v)| (k, without_helm_labels(v)))
+        .collect()
+}
+
+/// `kubectl kustomize` of a folder, as objects.
+fn kustomize(dir: &str) -> BTreeMap<String, Value> {
+    let (ok, out, err) = common::kubectl(&["kustomize", &format!("{ROOT}/{dir}")], None);
+    assert!(ok, "kubectl kustomize {dir}: {err}");
+    objects(&out)
+}
+
+/// Each object of `want` is in `got` as it is there, and `got` holds no other.
+fn same(what: &str, got: &BTreeMap<String, Value>, want: &BTreeMap<String, Value>) {
+    let keys = |m: &BTreeMap<String, Value>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(got), keys(want), "{what}: not the same objects");
+    for (k, w) in want {
+        assert_eq!(
+            &got[k], w,
+            "{what}: {k} differs from deploy/ (edit the chart or deploy/ so that they agree)"
+        );
+    }
+}
+
+#[test]
+fn the_chart_lints_and_renders_what_deploy_holds() {
+    helm(&["lint", "--strict", "charts/ruleop"], None);
+    helm(
+        &[
+            "lint",
+            "--strict",
+            "charts/ruleop",
+            "--set",
+            "perRule=true,installCRDs=true,watchNamespace=team-a",
+        ],
+        None,
+    );
+
+    // The defaults: deploy/, but its Namespace (`helm install --create-namespace`).
+    let mut deploy = kustomize("deploy");
+    deploy.remove(&format!("Namespace /{NS}"));
+    same("the defaults", &chart(&[]), &deploy);
+
+    // Per-rule mode: examples/per-rule/'s ruleop (the Rules and their accounts are the
+    // platform team's to apply).
+    let per_rule_own = objects(
+        &(std::fs::read_to_string(format!("{ROOT}/examples/per-rule/rbac.yaml")).unwrap()
+            + "\n---\n"
+            + &std::fs::read_to_string(format!("{ROOT}/examples/per-rule/rules.yaml")).unwrap()),
+    );
+    let mut per_rule = kustomize("examples/per-rule");
+    per_rule.remove(&format!("Namespace /{NS}"));
+    per_rule.retain(|k, _| !per_rule_own.contains_key(k));
+    same("perRule=true", &chart(&["perRule=true"]), &per_rule);
+
+    // The monitoring package.
+    let mut monitoring = deploy.clone();
+    monitoring.extend(kustomize("deploy/monitoring"));
+    same(
+        "the monitoring package",
+        &chart(&[
+            "monitoring.serviceMonitor.enabled=true",
+            "monitoring.prometheusRule.enabled=true",
+            "monitoring.dashboard.enabled=true",
+        ]),
+        &monitoring,
+    );
+
+    // installCRDs: the CRD roles `ruleop rbac --install-crds` prints, and the flag.
+    let with_crds = chart(&["installCRDs=true"]);
+    let (code, rbac, err) = common::ruleop_cli(
+        &[
+            "rbac",
+            "--install-crds",
+            "--rules",
+            "rules/",
+            "--crd",
+            "deploy/crds/websites.sre.example.com.yaml",
+            "--crd",
+            "deploy/crds/myapps.myscheme.example.com.yaml",
+        ],
+        false,
+    );
+    assert_eq!(code, 0, "{err}");
+    let generated = objects(&rbac);
+    let shipped = std::fs::read_to_string(format!("{ROOT}/charts/ruleop/files/rbac.yaml")).unwrap();
+    assert_eq!(
+        objects(&shipped),
+        generated,
+        "charts/ruleop/files/rbac.yaml is stale: run deploy/generate.sh"
+    );
+    for k in [
+        "ClusterRole /ruleop-crds",
+        "ClusterRoleBinding /ruleop-crds",
+    ] {
+        assert_eq!(with_crds.get(k), generated.get(k), "{k}");
+    }
+    let args = &with_crds[&format!("Deployment {NS}/ruleop")]["spec"]["template"]["spec"]["containers"]
+        [0]["args"];
+    assert!(
+        args.as_array().unwrap().contains(&json!("--install-crds")),
+        "{args}"
+    );
+
+    // Namespace mode: the rules' kinds by a Role in that namespace.
+    let scoped = chart(&["watchNamespace=team-a"]);
+    assert!(
+        scoped.contains_key("Role team-a/ruleop"),
+        "{:?}",
+        scoped.keys()
+    );
+    assert!(!scoped.contains_key("ClusterRole /ruleop"));
+    assert_eq!(
+        scoped["RoleBinding team-a/ruleop"]["subjects"][0]["namespace"],
+        NS
+    );
+
+    let chart_meta: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(format!("{ROOT}/charts/ruleop/Chart.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        chart_meta["appVersion"],
+        env!("CARGO_PKG_VERSION"),
+        "Chart.yaml's appVersion is ruleop's version (Cargo.toml)"
+    );
+}
+
+/// `ruleop run` as the pod the chart's Deployment would start: its arguments, its rules (the
+/// ConfigMap's files), its ServiceAccount's token; admin and webhook on loopback.
+struct Pod {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Pod {
+    fn start(c: &Cluster) -> Pod {
+        let dir = tempfile::tempdir().unwrap();
+        let rules = dir.path().join("rules");
+        std::fs::create_dir(&rules).unwrap();
+        let cm: Value = serde_json::from_str(&c.kubectl(
+            &["get", "configmap", "ruleop-rules", "-n", NS, "-o", "json"],
+            None,
+        ))
+        .unwrap();
+        for (name, text) in cm["data"].as_object().unwrap() {
+            std::fs::write(rules.join(name), text.as_str().unwrap()).unwrap();
+        }
+        let deploy: Value = serde_json::from_str(&c.kubectl(
+            &["get", "deployment", "ruleop", "-n", NS, "-o", "json"],
+            None,
+        ))
+        .unwrap();
+        let spec = &deploy["spec"]["template"]["spec"];
+        assert_eq!(spec["serviceAccountName"], "ruleop");
+        let args: Vec<String> = spec["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                let a = a.as_str().unwrap();
+                match a.split_once('=') {
+                    Some(("--rules", _)) => format!("--rules={}", rules.display()),
+                    Some(("--admin-addr" | "--status-addr" | "--webhook-addr", _)) => {
+                        format!("{}=127.0.0.1:0", a.split_once('=').unwrap().0)
+                    }
+                    _ => a.to_string(),
+                }
+            })
+            .collect();
+        let token = c.kubectl(&["create", "token", "ruleop", "-n", NS], None);
+        let admin: Value =
+            serde_yaml::from_str(&c.kubectl(&["config", "view", "--raw", "-o", "yaml"], None))
+                .unwrap();
+        let server = &admin["clusters"][0]["cluster"];
+        let kc = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kc,
+            serde_yaml::to_string(&json!({
+                "apiVersion": "v1", "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server["server"], "certificate-authority-data": server["certificate-authority-data"]}}],
+                "users": [{"name": "sa", "user": {"token": token.trim()}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
+                "current-context": "sa",
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        std::fs::create_dir_all(format!("{ROOT}/target/test-logs")).unwrap();
+        let log = std::fs::File::create(format!("{ROOT}/target/test-logs/helm.log")).unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"))
+            .args(&args[..])
+            .env("KUBECONFIG", &kc)
+            .env("POD_NAMESPACE", NS)
+            .env("POD_NAME", "ruleop-test")
+            .env("RUST_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Pod { child, _dir: dir }
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The uids of the pods of WebSite `name` in `ns`.
+fn pods_of(c: &Cluster, ns: &str, name: &str) -> Vec<String> {
+    let pods: Value = serde_json::from_str(&c.kubectl(
+        &[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            &format!("app.kubernetes.io/instance={name}"),
+            "-o",
+            "json",
+        ],
+        None,
+    ))
+    .unwrap();
+    let mut uids: Vec<String> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["uid"].as_str().unwrap().to_string())
+        .collect();
+    uids.sort();
+    uids
+}
+
+async fn website_ready(c: &Cluster, ns: &str, name: &str) {
+    let kc = c.kubeconfig.clone();
+    eventually(T, "the WebSite Ready", || async {
+        let (ok, out, _) = kubectl_at(&kc, &["get", "website", name, "-n", ns, "-o", "json"], None);
+        let site: Value = serde_json::from_str(&out).ok().filter(|_| ok)?;
+        let ready = common::condition(&site, "Ready")?;
+        (ready["status"] == "True" && site["status"]["readyReplicas"] == 2).then_some(())
+    })
+    .await;
+}
+
+/// Cluster-scoped objects of ruleop's (by name) of a few kinds.
+fn cluster_scoped_left(c: &Cluster) -> Vec<String> {
+    let out = c.kubectl(
+        &[
+            "get",
+            "clusterroles,clusterrolebindings,validatingwebhookconfigurations,validatingadmissionpolicies,validatingadmissionpolicybindings",
+            "-o",
+            "name",
+        ],
+        None,
+    );
+    out.lines()
+        .filter(|l| {
+            l.rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .starts_with("ruleop")
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn helm_installs_upgrades_with_no_pod_restarted_and_uninstalls() {
+    let c = Cluster::start();
+    let kc = c.kubeconfig.clone();
+    let kc = Some(kc.as_str());
+    helm(
+        &[
+            "install",
+            "ruleop",
+            "charts/ruleop",
+            "-n",
+            NS,
+            "--create-namespace",
+        ],
+        kc,
+    );
+    c.wait_established(&["websites.sre.example.com", "rules.ruleop.dev"]);
+    c.kubectl(&["create", "namespace", "shop"], None);
+    let mut pod = Pod::start(&c);
+    c.kubectl(
+        &["apply", "-n", "shop", "-f", "-"],
+        Some("apiVersion: sre.example.com/v1alpha1\nkind: WebSite\nmetadata: {name: front}\nspec: {image: nginx:1.27}\n"),
+    );
+    website_ready(&c, "shop", "front").await;
+    let before = pods_of(&c, "shop", "front");
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    // A values change and a new chart version: ruleop's pods would roll; the WebSite's
+    // must not.
+    let next = tempfile::tempdir().unwrap();
+    let copy = std::process::Command::new("cp")
+        .args([
+            "-r",
+            &format!("{ROOT}/charts/ruleop"),
+            next.path().to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    let chart_yaml = next.path().join("ruleop/Chart.yaml");
+    let text = std::fs::read_to_string(&chart_yaml)
+        .unwrap()
+        .replace("version: 0.1.0", "version: 0.1.1-test");
+    std::fs::write(&chart_yaml, text).unwrap();
+    helm(
+        &[
+            "upgrade",
+            "ruleop",
+            next.path().join("ruleop").to_str().unwrap(),
+            "-n",
+            NS,
+            "--set",
+            "events=warnings,client.qps=50,client.burst=100,replicas=3",
+        ],
+        kc,
+    );
+    let deploy: Value = serde_json::from_str(&c.kubectl(
+        &["get", "deployment", "ruleop", "-n", NS, "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    let args = &deploy["spec"]["template"]["spec"]["containers"][0]["args"];
+    for a in ["--events=warnings", "--qps=50", "--burst=100"] {
+        assert!(args.as_array().unwrap().contains(&json!(a)), "{a}: {args}");
+    }
+    assert_eq!(
+        deploy["metadata"]["labels"]["helm.sh/chart"],
+        "ruleop-0.1.1-test"
+    );
+    // The new ruleop takes over (as the rolled pod would) and a change still converges.
+    drop(pod);
+    pod = Pod::start(&c);
+    c.kubectl(
+        &[
+            "patch",
+            "website",
+            "front",
+            "-n",
+            "shop",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"port":8080}}"#,
+        ],
+        None,
+    );
+    eventually(T, "the Service on the new port", || async {
+        let (ok, out, _) = kubectl_at(
+            c.kubeconfig.as_str(),
+            &[
+                "get",
+                "service",
+                "front-web",
+                "-n",
+                "shop",
+                "-o",
+                "jsonpath={.spec.ports[0].port}",
+            ],
+            None,
+        );
+        (ok && out.trim() == "8080").then_some(())
+    })
+    .await;
+    website_ready(&c, "shop", "front").await;
+    assert_eq!(
+        pods_of(&c, "shop", "front"),
+        before,
+        "no pod of the WebSite restarted across the upgrade"
+    );
+
+    // Uninstall: ruleop stopped, the release gone, then its namespace (its inventory,
+    // certificate and Lease): nothing of ruleop's is left but the CRDs Helm keeps.
+    drop(pod);
+    helm(&["uninstall", "ruleop", "-n", NS, "--wait"], kc);
+    assert_eq!(cluster_scoped_left(&c), Vec::<String>::new());
+    c.kubectl(
+        &["delete", "namespace", NS, "--wait=true", "--timeout=90s"],
+        None,
+    );
+    let site: Value = serde_json::from_str(&c.kubectl(
+        &["get", "website", "front", "-n", "shop", "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    let finalizers = site["metadata"]["finalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        finalizers
+            .iter()
+            .all(|f| !f.as_str().unwrap_or_default().starts_with("ruleop.dev/")),
+        "no ruleop finalizer left to block the WebSite's deletion: {finalizers:?}"
+    );
+    c.kubectl(
+        &[
+            "delete",
+            "namespace",
+            "shop",
+            "--wait=true",
+            "--timeout=90s",
+        ],
+        None,
+    );
+}
