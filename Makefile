@@ -20,9 +20,9 @@ test:
 	tests/run.sh
 
 ## test-unit: the tests that need no cluster: unit tests, the command line, formats, the
-## layout, GitOps health (builds the kstatus tool once).
+## layout, GitOps health and the monitoring package (build the kstatus and promtool tools once).
 test-unit:
-	$(CARGO) test --lib --bins --test cli --test formats --test layout --test kstatus --test ruletest
+	$(CARGO) test --lib --bins --test cli --test formats --test layout --test kstatus --test ruletest --test monitoring
 
 cluster:
 	tests/cluster/up.sh

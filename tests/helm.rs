@@ -51,6 +51,13 @@ fn objects(text: &str) -> BTreeMap<String, Value> {
         if v.is_null() {
             continue;
         }
+        // (`kubectl create --dry-run` writes a null creationTimestamp.)
+        let mut v = v;
+        if v["metadata"]["creationTimestamp"].is_null()
+            && let Some(m) = v["metadata"].as_object_mut()
+        {
+            m.remove("creationTimestamp");
+        }
         let key = format!(
             "{} {}/{}",
             v["kind"].as_str().unwrap_or_default(),
@@ -106,14 +113,45 @@ fn kustomize(dir: &str) -> BTreeMap<String, Value> {
     objects(&out)
 }
 
+/// The paths where `a` and `b` differ, with both values (cut short).
+fn differences(at: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let null = Value::Null;
+                differences(
+                    &format!("{at}/{k}"),
+                    x.get(k).unwrap_or(&null),
+                    y.get(k).unwrap_or(&null),
+                    out,
+                );
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                differences(&format!("{at}/{i}"), p, q, out);
+            }
+        }
+        _ if a != b => {
+            let cut = |v: &Value| v.to_string().chars().take(300).collect::<String>();
+            out.push(format!("{at}: chart {} / deploy {}", cut(a), cut(b)));
+        }
+        _ => {}
+    }
+}
+
 /// Each object of `want` is in `got` as it is there, and `got` holds no other.
 fn same(what: &str, got: &BTreeMap<String, Value>, want: &BTreeMap<String, Value>) {
     let keys = |m: &BTreeMap<String, Value>| m.keys().cloned().collect::<Vec<_>>();
     assert_eq!(keys(got), keys(want), "{what}: not the same objects");
     for (k, w) in want {
-        assert_eq!(
-            &got[k], w,
-            "{what}: {k} differs from deploy/ (edit the chart or deploy/ so that they agree)"
+        let mut d = Vec::new();
+        differences("", &got[k], w, &mut d);
+        assert!(
+            d.is_empty(),
+            "{what}: {k} differs from deploy/ (make the chart and deploy/ agree):\n{}",
+            d.join("\n")
         );
     }
 }
@@ -445,11 +483,12 @@ async fn helm_installs_upgrades_with_no_pod_restarted_and_uninstalls() {
             "shop",
             "--type=merge",
             "-p",
-            r#"{"spec":{"port":8080}}"#,
+            r#"{"spec":{"serviceType":"NodePort"}}"#,
         ],
         None,
     );
-    eventually(T, "the Service on the new port", || async {
+    // (A change of the Service alone: the pods have no reason to change.)
+    eventually(T, "the Service of the new type", || async {
         let (ok, out, _) = kubectl_at(
             c.kubeconfig.as_str(),
             &[
@@ -459,11 +498,11 @@ async fn helm_installs_upgrades_with_no_pod_restarted_and_uninstalls() {
                 "-n",
                 "shop",
                 "-o",
-                "jsonpath={.spec.ports[0].port}",
+                "jsonpath={.spec.type}",
             ],
             None,
         );
-        (ok && out.trim() == "8080").then_some(())
+        (ok && out.trim() == "NodePort").then_some(())
     })
     .await;
     website_ready(&c, "shop", "front").await;

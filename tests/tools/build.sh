@@ -18,7 +18,7 @@ pkg=.
 if ! compgen -G "$src/*.go" >/dev/null; then
   pkg="$(awk '$1 == "tool" { print $2 }' "$src/go.mod")"
 fi
-key="$(cat "$src"/go.mod "$src"/go.sum "$src"/*.go 2>/dev/null | sha256sum | cut -c1-16)"
+key="$(cat "$src"/go.mod "$src"/go.sum $(compgen -G "$src/*.go" || true) | sha256sum | cut -c1-16)"
 out="$RULEOP_CACHE/tools/$tool-$key"
 if [ ! -x "$out" ]; then
   mkdir -p "$RULEOP_CACHE/tools"

@@ -1,0 +1,193 @@
+//! The monitoring package (deploy/monitoring/): its alerts pass `promtool check rules` and
+//! `promtool test rules` (promtool built from Prometheus' modules by tests/tools/build.sh),
+//! and every metric its alerts and its Grafana dashboard query is one ruleop's /metrics
+//! exposes (as ruleop renders it).
+
+mod common;
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(format!("{ROOT}/{path}")).unwrap()
+}
+
+/// The PrometheusRule's rule groups, as a Prometheus rules file.
+fn rules_file() -> String {
+    let rule: Value =
+        serde_yaml::from_str(&read("deploy/monitoring/prometheus-rule.yaml")).unwrap();
+    serde_yaml::to_string(&rule["spec"]).unwrap()
+}
+
+fn promtool(args: &[&str], dir: &std::path::Path) -> String {
+    let out = std::process::Command::new(common::go_tool("promtool"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("running promtool");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool {args:?}:\n{text}");
+    text
+}
+
+#[test]
+fn the_alerts_pass_promtool_and_their_tests() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rules.yaml"), rules_file()).unwrap();
+    std::fs::write(
+        dir.path().join("alerts.test.yaml"),
+        read("deploy/monitoring/alerts.test.yaml"),
+    )
+    .unwrap();
+    let checked = promtool(&["check", "rules", "rules.yaml"], dir.path());
+    assert!(checked.contains("SUCCESS: 9 rules found"), "{checked}");
+    promtool(&["test", "rules", "alerts.test.yaml"], dir.path());
+    // Every alert has a case.
+    let tests = read("deploy/monitoring/alerts.test.yaml");
+    let rules: Value = serde_yaml::from_str(&rules_file()).unwrap();
+    for r in rules["groups"][0]["rules"].as_array().unwrap() {
+        let name = r["alert"].as_str().unwrap();
+        assert!(
+            tests.contains(&format!("alertname: {name}\n"))
+                || tests.contains(&format!("alertname: {name},")),
+            "alert {name} has no case in alerts.test.yaml"
+        );
+    }
+}
+
+/// The metric names a PromQL expression reads (ruleop's and the process's).
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let bytes = expr.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let start = i;
+        while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+            i += 1;
+        }
+        let word = &expr[start..i];
+        let before = start.checked_sub(1).map(|b| bytes[b]);
+        if (word.starts_with("ruleop_") || word.starts_with("process_"))
+            && before != Some(b'"')
+            && before != Some(b'$')
+        {
+            out.insert(word.to_string());
+        }
+        if i == start {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// ruleop's metrics with a series in every family (a family shows on /metrics once it has
+/// one), as a running rule with a rollout, errors, writes and Events gives them.
+fn populated() -> String {
+    use ruleop::metrics::{
+        Counts, IdentityLabels, Metrics, RevisionLabels, RuleIdentityLabels, RuleLabels,
+    };
+    let m = Metrics::default();
+    let rule = || RuleLabels {
+        rule: "website".into(),
+    };
+    drop(m.reconcile("website"));
+    m.error("website", "render");
+    m.write("website", "create");
+    m.slow_write("website");
+    m.event_dropped("website");
+    for g in [
+        &m.retired_kinds_pending,
+        &m.rule_older,
+        &m.rollout_step,
+        &m.rollout_updated,
+        &m.rollout_paused,
+        &m.rule_missing_permissions,
+    ] {
+        g.get_or_create(&rule()).set(0);
+    }
+    m.rule_info
+        .get_or_create(&RevisionLabels {
+            rule: "website".into(),
+            revision: "1".into(),
+        })
+        .set(1);
+    m.identity_requests
+        .get_or_create(&IdentityLabels {
+            identity: "ruleop".into(),
+        })
+        .inc();
+    m.rule_identity
+        .get_or_create(&RuleIdentityLabels {
+            rule: "website".into(),
+            identity: "ruleop".into(),
+        })
+        .set(1);
+    let _counted = m.census.count("website", Box::new(Counts::default));
+    m.render()
+}
+
+/// The names ruleop's /metrics exposes: each family's, and its series' (`_total`,
+/// `_bucket`, `_sum`, `_count` for counters and histograms).
+fn exposed() -> BTreeSet<String> {
+    let text = populated();
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let mut parts = rest.split_whitespace();
+        let (Some(name), Some(kind)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        out.insert(name.to_string());
+        let suffixes: &[&str] = match kind {
+            "counter" => &["_total"],
+            "histogram" => &["_bucket", "_sum", "_count"],
+            _ => &[],
+        };
+        for s in suffixes {
+            out.insert(format!("{name}{s}"));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_query_of_the_dashboard_and_the_alerts_names_an_exposed_metric() {
+    let exposed = exposed();
+    assert!(exposed.contains("ruleop_resources"), "{exposed:?}");
+    let dashboard: Value = serde_json::from_str(&read("deploy/monitoring/dashboard.json")).unwrap();
+    let mut queried = Vec::new();
+    for p in dashboard["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            queried.push((
+                format!("dashboard panel {:?}", p["title"]),
+                t["expr"].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    let rules: Value = serde_yaml::from_str(&rules_file()).unwrap();
+    for r in rules["groups"][0]["rules"].as_array().unwrap() {
+        queried.push((
+            format!("alert {}", r["alert"]),
+            r["expr"].as_str().unwrap().to_string(),
+        ));
+    }
+    assert!(queried.len() > 20, "{queried:?}");
+    for (what, expr) in &queried {
+        let names = metric_names(expr);
+        assert!(!names.is_empty(), "{what}: no metric in {expr}");
+        for n in names {
+            assert!(
+                exposed.contains(&n),
+                "{what} queries {n}, which ruleop's /metrics does not expose ({expr})"
+            );
+        }
+    }
+}
