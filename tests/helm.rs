@@ -6,7 +6,8 @@
 //!   fresh, and its appVersion is ruleop's;
 //! - on a control plane of its own: `helm install`, ruleop run as the chart's ServiceAccount
 //!   with the chart's arguments and rules makes a WebSite Ready; `helm upgrade` with other
-//!   values and a new chart version restarts no pod of the WebSite; `helm uninstall` and the
+//!   values and a new chart version restarts no pod of the WebSite, and with `installCRDs`
+//!   ruleop upgrades the Rule CRD Helm left as it was; `helm uninstall` and the
 //!   namespace's deletion leave nothing of ruleop but the CRDs (Helm keeps those by design).
 
 mod common;
@@ -420,6 +421,19 @@ async fn helm_installs_upgrades_with_no_pod_restarted_and_uninstalls() {
     );
     c.wait_established(&["websites.sre.example.com", "rules.ruleop.dev"]);
     c.kubectl(&["create", "namespace", "shop"], None);
+    // An older chart's Rule CRD (one printer column less): Helm will not upgrade it; ruleop
+    // with installCRDs does.
+    c.kubectl(
+        &[
+            "patch",
+            "crd",
+            "rules.ruleop.dev",
+            "--type=json",
+            "-p",
+            r#"[{"op":"test","path":"/spec/versions/0/additionalPrinterColumns/4/name","value":"Ready"},{"op":"remove","path":"/spec/versions/0/additionalPrinterColumns/4"}]"#,
+        ],
+        None,
+    );
     let mut pod = Pod::start(&c);
     c.kubectl(
         &["apply", "-n", "shop", "-f", "-"],
@@ -454,7 +468,7 @@ async fn helm_installs_upgrades_with_no_pod_restarted_and_uninstalls() {
             "-n",
             NS,
             "--set",
-            "events=warnings,client.qps=50,client.burst=100,replicas=3",
+            "events=warnings,client.qps=50,client.burst=100,replicas=3,installCRDs=true",
         ],
         kc,
     );
@@ -464,7 +478,12 @@ async fn helm_installs_upgrades_with_no_pod_restarted_and_uninstalls() {
     ))
     .unwrap();
     let args = &deploy["spec"]["template"]["spec"]["containers"][0]["args"];
-    for a in ["--events=warnings", "--qps=50", "--burst=100"] {
+    for a in [
+        "--events=warnings",
+        "--qps=50",
+        "--burst=100",
+        "--install-crds",
+    ] {
         assert!(args.as_array().unwrap().contains(&json!(a)), "{a}: {args}");
     }
     assert_eq!(
@@ -506,6 +525,21 @@ async fn helm_installs_upgrades_with_no_pod_restarted_and_uninstalls() {
     })
     .await;
     website_ready(&c, "shop", "front").await;
+    eventually(T, "the Rule CRD upgraded by ruleop", || async {
+        let (ok, out, _) = kubectl_at(
+            c.kubeconfig.as_str(),
+            &[
+                "get",
+                "crd",
+                "rules.ruleop.dev",
+                "-o",
+                "jsonpath={.spec.versions[0].additionalPrinterColumns[*].name}",
+            ],
+            None,
+        );
+        (ok && out.split_whitespace().any(|n| n == "Ready")).then_some(())
+    })
+    .await;
     assert_eq!(
         pods_of(&c, "shop", "front"),
         before,

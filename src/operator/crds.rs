@@ -1,7 +1,9 @@
 //! `ruleop run --install-crds`: each rule's CRD (made from its `schema`) is created, or
 //! updated when the change is additive; a change that would break the resources stored
 //! under the CRD the cluster serves is refused, with its reasons, and the old CRD keeps
-//! serving. Done when a rule starts, so a rule edited live installs its new CRD.
+//! serving. Done when a rule starts, so a rule edited live installs its new CRD; the Rule
+//! kind's own CRD is applied the same way when ruleop starts (Helm installs a chart's CRDs
+//! only once and never upgrades them).
 
 use crate::client::Fence;
 use crate::render::FIELD_MANAGER;
@@ -102,18 +104,18 @@ async fn breaking(client: &Client, old: Option<&Value>, new: &Value) -> Vec<Brea
     }
 }
 
-/// Creates or updates the CRD of `rule`, refusing a breaking change; the stored
-/// resources of the kind are read with `reader` (the rule's client: as its ServiceAccount
-/// when it names one).
+/// Creates or updates the CRD `new`, refusing a breaking change; the stored resources of
+/// the kind are read with `reader` (a rule's client: as its ServiceAccount when it names
+/// one). Only the leader reads or writes anything.
 pub async fn install(
     client: &Client,
     reader: &Client,
-    rule: &CompiledRule,
+    new: &Value,
     fence: &Fence,
 ) -> Result<Installed, CrdError> {
-    let Some(new) = &rule.crd else {
-        return Ok(Installed::NoSchema);
-    };
+    if !fence.holds() {
+        return Err(CrdError::NotLeader);
+    }
     let name = new["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -137,12 +139,25 @@ pub async fn install(
         .patch(&name, &params, &Patch::Apply(new))
         .await
         .map_err(err)?;
-    tracing::info!(crd = %applied.name_any(), created, "CRD installed from the rule's schema");
+    tracing::info!(crd = %applied.name_any(), created, "CRD installed");
     Ok(if created {
         Installed::Created
     } else {
         Installed::Applied
     })
+}
+
+/// Installs the CRD of `rule` (nothing for a rule with no `schema`).
+pub async fn install_rule(
+    client: &Client,
+    reader: &Client,
+    rule: &CompiledRule,
+    fence: &Fence,
+) -> Result<Installed, CrdError> {
+    match &rule.crd {
+        Some(new) => install(client, reader, new, fence).await,
+        None => Ok(Installed::NoSchema),
+    }
 }
 
 /// How long to wait before trying again after `failure`, the `attempt`-th in a row: an
@@ -152,30 +167,32 @@ pub fn retry_after(failure: &CrdError, attempt: u32) -> std::time::Duration {
     const MAX: u64 = 300;
     let secs = match failure {
         CrdError::Breaking { .. } => MAX,
+        // A standby asks nothing: it looks again soon, to be quick once it leads.
+        CrdError::NotLeader => 2,
         _ => 2u64.saturating_pow(attempt.min(16)).min(MAX),
     };
     std::time::Duration::from_secs(secs)
 }
 
-/// Installs the rule's CRD, trying again while it fails (see [`retry_after`]). Each
-/// failure unlike the one before is reported once through `failed`; runs until done, or
-/// until dropped with its rule.
+/// Installs the CRD `new` (see [`install`]), trying again while it fails (see
+/// [`retry_after`]). Each failure unlike the one before is reported once through `failed`
+/// (not leading is no failure); runs until done, or until dropped.
 pub async fn keep_installing(
     client: Client,
     reader: Client,
-    rule: std::sync::Arc<CompiledRule>,
+    new: Value,
     fence: std::sync::Arc<Fence>,
     failed: impl Fn(&CrdError),
 ) {
     let mut last = None;
     let mut attempt = 0;
     loop {
-        let e = match install(&client, &reader, &rule, &fence).await {
+        let e = match install(&client, &reader, &new, &fence).await {
             Ok(_) => return,
             Err(e) => e,
         };
         let text = e.to_string();
-        if last.as_ref() != Some(&text) {
+        if last.as_ref() != Some(&text) && !matches!(e, CrdError::NotLeader) {
             failed(&e);
             // A new failure starts its backoff afresh.
             attempt = 0;
@@ -192,8 +209,15 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn an_error_backs_off_doubling_and_a_refusal_waits_five_minutes() {
-        let api = CrdError::NotLeader;
+    fn an_error_backs_off_doubling_a_refusal_waits_five_minutes_and_a_standby_two_seconds() {
+        let status: kube::core::Status = serde_json::from_value(
+            serde_json::json!({"status": "Failure", "code": 500, "message": "etcd timeout"}),
+        )
+        .unwrap();
+        let api = CrdError::Api {
+            name: "x".into(),
+            source: kube::Error::Api(Box::new(status)),
+        };
         let waits: Vec<u64> = (0..12).map(|n| retry_after(&api, n).as_secs()).collect();
         assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
         let refused = CrdError::Breaking {
@@ -202,5 +226,6 @@ mod tests {
         };
         assert_eq!(retry_after(&refused, 0), Duration::from_secs(300));
         assert_eq!(retry_after(&api, u32::MAX), Duration::from_secs(300));
+        assert_eq!(retry_after(&CrdError::NotLeader, 9), Duration::from_secs(2));
     }
 }

@@ -75,6 +75,23 @@ impl Drop for Tasks {
     }
 }
 
+/// `--install-crds` with Rule objects served: the Rule kind's own CRD applied by the leader
+/// (a breaking change refused), as each rule's is, since Helm never upgrades a chart's CRDs.
+fn rule_crd(process: &Process, fence: Arc<Fence>) -> Tasks {
+    let metrics = process.metrics.clone();
+    let failed = move |e: &crds::CrdError| {
+        metrics.error(crate::rules::object::CRD_NAME, "crd_error");
+        tracing::error!(error = %e, "the Rule kind's CRD was not installed");
+    };
+    Tasks(vec![tokio::spawn(crds::keep_installing(
+        process.client.clone(),
+        process.client.clone(),
+        crate::rules::object::crd(),
+        fence,
+        failed,
+    ))])
+}
+
 fn identity(args: &RunArgs) -> String {
     args.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -235,6 +252,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         }
         None => Tasks(Vec::new()),
     };
+    let _rule_crd =
+        (args.install_crds && args.rule_objects).then(|| rule_crd(&process, fence.clone()));
     // The Rule objects, read before the first rules are put in force (a cluster without
     // the Rule kind never lists: files alone, after a short wait).
     let mut objects = args.rule_objects.then(|| {

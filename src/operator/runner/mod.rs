@@ -246,7 +246,7 @@ async fn run(
     };
     // The CRD is installed beside the rule, tried again while it fails; the rule runs
     // against the CRD the cluster serves meanwhile.
-    let _install = opts.install_crds.then(|| {
+    let _install = opts.install_crds.then(|| -> Option<AbortOnDrop> {
         let metrics = opts.process.metrics.clone();
         let name = rule.name.clone();
         let failed = move |e: &super::crds::CrdError| {
@@ -260,11 +260,11 @@ async fn run(
         let install = super::crds::keep_installing(
             own.clone(),
             client.clone(),
-            rule.clone(),
+            rule.crd.clone()?,
             opts.process.fence.clone(),
             failed,
         );
-        AbortOnDrop(tokio::spawn(install))
+        Some(AbortOnDrop(tokio::spawn(install)))
     });
     let w = &rule.watch;
     let what = format!("{}/{} {}", w.group, w.version, w.resource);
