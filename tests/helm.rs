@@ -7,8 +7,9 @@
 //! - on a control plane of its own: `helm install`, ruleop run as the chart's ServiceAccount
 //!   with the chart's arguments and rules makes a WebSite Ready; `helm upgrade` with other
 //!   values and a new chart version restarts no pod of the WebSite, and with `installCRDs`
-//!   ruleop upgrades the Rule CRD Helm left as it was; `helm uninstall` and the
-//!   namespace's deletion leave nothing of ruleop but the CRDs (Helm keeps those by design).
+//!   ruleop upgrades the Rule CRD Helm left as it was; `ruleop release` lets the WebSite's
+//!   workload go (it outlives the WebSite); `helm uninstall` and the namespace's deletion
+//!   leave nothing of ruleop but the CRDs (Helm keeps those by design).
 
 mod common;
 
@@ -546,9 +547,41 @@ async fn helm_installs_upgrades_with_no_pod_restarted_and_uninstalls() {
         "no pod of the WebSite restarted across the upgrade"
     );
 
-    // Uninstall: ruleop stopped, the release gone, then its namespace (its inventory,
+    // Uninstall: ruleop stopped; `ruleop release` lets the WebSite's children go (they keep
+    // running, owned by nothing); the release gone, then its namespace (its inventory,
     // certificate and Lease): nothing of ruleop's is left but the CRDs Helm keeps.
     drop(pod);
+    let (code, out, err) = common::ruleop_cli(
+        &[
+            "--kubeconfig",
+            &c.kubeconfig,
+            "release",
+            "--rule",
+            "website",
+            "--rules",
+            "rules/website.yaml",
+        ],
+        false,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("1 resources released"), "{out}");
+    for kind in ["deployment", "service"] {
+        let child: Value = serde_json::from_str(&c.kubectl(
+            &["get", kind, "front-web", "-n", "shop", "-o", "json"],
+            None,
+        ))
+        .unwrap();
+        let meta = &child["metadata"];
+        assert!(meta["ownerReferences"].is_null(), "{kind}: {meta}");
+        assert!(
+            meta["labels"].get("ruleop.dev/rule").is_none(),
+            "{kind}: {meta}"
+        );
+        assert_eq!(
+            meta["labels"]["app.kubernetes.io/instance"], "front",
+            "{kind}: {meta}"
+        );
+    }
     helm(&["uninstall", "ruleop", "-n", NS, "--wait"], kc);
     assert_eq!(cluster_scoped_left(&c), Vec::<String>::new());
     c.kubectl(

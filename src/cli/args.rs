@@ -55,6 +55,26 @@ pub(super) enum Command {
     /// node, the root cause first (the deepest node that fails, with its whole message),
     /// the Rule revision in force and the last Events.
     Trace(TraceArgs),
+    /// With ruleop stopped (an uninstall, a hand-over): let a rule's resources and children
+    /// go. ruleop's finalizers come off every resource; every child loses its owner
+    /// reference to its resource and ruleop's labels and annotations, and keeps running.
+    Release(ReleaseArgs),
+}
+
+#[derive(Args, Debug)]
+pub(super) struct ReleaseArgs {
+    /// The rule's name.
+    #[arg(long)]
+    pub(super) rule: String,
+    /// Its rules files (default: the cluster's Rule object of that name).
+    #[arg(long)]
+    pub(super) rules: Vec<PathBuf>,
+    /// Only its resources in this namespace (as `ruleop run --namespace` served them).
+    #[arg(long)]
+    pub(super) namespace: Option<String>,
+    /// Where ruleop kept its inventory (the kinds each rule made, earlier versions too).
+    #[arg(long, default_value = "ruleop-system")]
+    pub(super) operator_namespace: String,
 }
 
 #[derive(Args, Debug)]

@@ -18,6 +18,7 @@ mod args;
 mod check;
 mod diff;
 mod input;
+mod release;
 mod render;
 mod rule;
 mod server;
@@ -48,6 +49,7 @@ pub fn main() -> ExitCode {
         Command::Rule(args) => rule::rule_cmd(args),
         Command::Diff(args) => diff::diff_cmd(args),
         Command::Trace(args) => trace::trace_cmd(args),
+        Command::Release(args) => release::release_cmd(args),
     };
     match result {
         Ok(code) => code,

@@ -12,7 +12,7 @@ use crate::cache::tolerant::Tolerant;
 use crate::client::Fence;
 use crate::lifecycle::kinds::kinds_of;
 use crate::lifecycle::planner::{OURS, release_kinds};
-use crate::reconcile::deletion::{LetGoError, let_go_orphans};
+use crate::reconcile::deletion::{LetGoError, let_go};
 use crate::rules::CompiledRule;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
@@ -55,6 +55,10 @@ pub struct Release {
     pub namespace: Option<String>,
     pub fence: Arc<Fence>,
     pub reporter: Reporter,
+    /// Let every child go, not only those that ask to be orphaned, and take the finalizers
+    /// off every resource (`ruleop release`, with ruleop stopped: its workloads stay, owned
+    /// by nothing, unmarked).
+    pub every: bool,
 }
 
 /// Releases the removed rule's resources, retried with backoff (1 s doubling to 5 min)
@@ -62,7 +66,7 @@ pub struct Release {
 pub async fn run(r: Release) {
     let mut attempt = 0u32;
     loop {
-        match once(&r).await {
+        match release_once(&r).await {
             Ok(0) => return,
             Ok(n) => {
                 tracing::info!(rule = %r.rule.name, resources = n, "rule removed: its resources' finalizers released (their children that ask to be orphaned let go first)");
@@ -93,7 +97,7 @@ where
 }
 
 /// One pass; how many resources were released.
-async fn once(r: &Release) -> Result<usize, ReleaseError> {
+pub async fn release_once(r: &Release) -> Result<usize, ReleaseError> {
     let w = &r.rule.watch;
     let what = format!("{}/{} {}", w.group, w.version, w.resource);
     let parent = match discovery::watched(&r.client, w).await {
@@ -120,13 +124,17 @@ async fn once(r: &Release) -> Result<usize, ReleaseError> {
         .items
         .into_iter()
         .map(|t| t.0)
-        .filter(|o| o.finalizers().iter().any(|f| OURS.contains(&f.as_str())))
+        .filter(|o| r.every || o.finalizers().iter().any(|f| OURS.contains(&f.as_str())))
         .collect();
     if held.is_empty() {
         return Ok(0);
     }
     let uids: BTreeSet<String> = held.iter().filter_map(|o| o.uid()).collect();
     let_orphans_go(r, &uids).await?;
+    let held: Vec<DynamicObject> = held
+        .into_iter()
+        .filter(|o| o.finalizers().iter().any(|f| OURS.contains(&f.as_str())))
+        .collect();
     for o in &held {
         if !r.fence.holds() {
             return Err(ReleaseError::NotLeader);
@@ -155,7 +163,7 @@ async fn once(r: &Release) -> Result<usize, ReleaseError> {
             return Err(e);
         }
     }
-    Ok(held.len())
+    Ok(uids.len())
 }
 
 /// Lets go every object of the rule's child kinds (and of those its inventory records)
@@ -163,7 +171,7 @@ async fn once(r: &Release) -> Result<usize, ReleaseError> {
 async fn let_orphans_go(r: &Release, uids: &BTreeSet<String>) -> Result<usize, ReleaseError> {
     let kinds = release_kinds(&kinds_of(&r.rule), &r.recorded);
     let ns = r.namespace.as_deref();
-    Ok(let_go_orphans(&r.client, &r.fence, &r.rule.name, kinds, ns, uids).await?)
+    Ok(let_go(&r.client, &r.fence, &r.rule.name, kinds, ns, uids, r.every).await?)
 }
 
 /// A Warning Event on the resource: why its finalizers stay.

@@ -177,6 +177,7 @@ impl Supervisor {
             namespace: self.opts.scope.namespace.clone(),
             fence: self.opts.process.fence.clone(),
             reporter: self.opts.reporter.clone(),
+            every: false,
         });
         if let Some(old) = self.releasing.insert(name, tokio::spawn(task)) {
             old.abort();

@@ -81,6 +81,20 @@ pub async fn let_go_orphans(
     namespace: Option<&str>,
     owners: &BTreeSet<String>,
 ) -> Result<usize, LetGoError> {
+    let_go(client, fence, rule, kinds, namespace, owners, false).await
+}
+
+/// As [`let_go_orphans`], and with `every`, each such object whatever its `onRemove`
+/// (`ruleop release`: nothing of the rule's is left owned or marked).
+pub async fn let_go(
+    client: &kube::Client,
+    fence: &crate::client::Fence,
+    rule: &str,
+    kinds: impl IntoIterator<Item = (String, String)>,
+    namespace: Option<&str>,
+    owners: &BTreeSet<String>,
+    every: bool,
+) -> Result<usize, LetGoError> {
     let selector = format!("{}={rule}", crate::render::RULE_LABEL);
     let mut n = 0;
     for (api_version, kind) in kinds {
@@ -105,7 +119,7 @@ pub async fn let_go_orphans(
             .list(&kube::api::ListParams::default().labels(&selector))
             .await
             .map_err(|e| read(e.to_string()))?;
-        for o in list.items.iter().filter(|o| apply::orphans(o)) {
+        for o in list.items.iter().filter(|o| every || apply::orphans(o)) {
             let Some(owner) =
                 crate::cache::owners::controller_uid(o).filter(|u| owners.contains(*u))
             else {
@@ -117,7 +131,7 @@ pub async fn let_go_orphans(
             let ns = o.namespace().unwrap_or_default();
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, ar);
             apply::orphan(&api, ar, o, owner).await?;
-            tracing::info!(rule, kind = %kind, name = %o.name_any(), namespace = %ns, "a child that asks to be orphaned let go (of a kind no watch of the rule sees)");
+            tracing::info!(rule, kind = %kind, name = %o.name_any(), namespace = %ns, every, "a child let go (of a kind no watch of the rule sees)");
             n += 1;
         }
     }
