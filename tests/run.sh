@@ -26,7 +26,19 @@ if ! { [ -f "$kubeconfig" ] && kubectl --kubeconfig "$kubeconfig" get --raw /rea
   tests/cluster/up.sh
   started=1
 fi
-cleanup() { if [ "$started" = 1 ]; then tests/cluster/down.sh; fi; }
+# The container engine the image test needs (installed and started when the machine has
+# none; stopped after if started here).
+engine="$(tests/tools/engine.sh start)"
+case "$engine" in
+  none:*)
+    export RULEOP_NO_ENGINE="${engine#none: }"
+    echo "make test: no container engine (${RULEOP_NO_ENGINE}): the image test is skipped" >&2
+    ;;
+esac
+cleanup() {
+  if [ "$started" = 1 ]; then tests/cluster/down.sh; fi
+  if [ "$engine" = started ]; then tests/tools/engine.sh stop; fi
+}
 trap cleanup EXIT
 
 export KUBECONFIG="$kubeconfig"
