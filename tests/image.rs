@@ -114,16 +114,17 @@ fn assemble(tag: &str) {
         import.push(c);
     }
     import.extend(["-".to_string(), tag.to_string()]);
-    let tar = Command::new("tar")
+    let mut tar = Command::new("tar")
         .args(["-C", r.to_str().unwrap(), "-c", "."])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let out = Command::new("docker")
         .args(&import)
-        .stdin(tar.stdout.unwrap())
+        .stdin(tar.stdout.take().unwrap())
         .output()
         .unwrap();
+    assert!(tar.wait().unwrap().success(), "tar of the image's files");
     assert!(
         out.status.success(),
         "docker import: {}",
