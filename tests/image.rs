@@ -22,8 +22,22 @@ use std::time::Duration;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const NS: &str = "ruleop-system";
 const T: Duration = Duration::from_secs(120);
-/// The host's address on the engine's bridge: the API server reaches the webhook there.
-const BRIDGE: &str = "172.17.0.1";
+/// An address of the host's own (not loopback, which an endpoint may not be): the API server
+/// reaches the webhook of a container on the host's network there.
+fn host_address() -> String {
+    let out = Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .expect("ip");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let mut w = l.split_whitespace();
+            w.find(|x| *x == "inet")?;
+            Some(w.next()?.split('/').next()?.to_string())
+        })
+        .expect("a global IPv4 address on this host")
+}
 
 fn docker(args: &[&str]) -> (bool, String) {
     let out = Command::new("docker").args(args).output().expect("docker");
@@ -282,12 +296,12 @@ impl Drop for Container {
 }
 
 /// The Service `ruleop-webhook` of deploy/, its endpoint this container's webhook port on
-/// the host's bridge address (no kube-proxy here: the API server routes to endpoints).
+/// the host's address (no kube-proxy here: the API server routes to endpoints).
 fn route_webhook_to(c: &Cluster, to: &Container) {
     let endpoints = json!({
         "apiVersion": "v1", "kind": "Endpoints",
         "metadata": {"name": "ruleop-webhook", "namespace": NS},
-        "subsets": [{"addresses": [{"ip": BRIDGE}], "ports": [{"name": "webhook", "port": to.webhook, "protocol": "TCP"}]}],
+        "subsets": [{"addresses": [{"ip": host_address()}], "ports": [{"name": "webhook", "port": to.webhook, "protocol": "TCP"}]}],
     });
     c.kubectl(&["apply", "-f", "-"], Some(&endpoints.to_string()));
 }
