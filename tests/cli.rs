@@ -565,3 +565,90 @@ fn the_version_names_the_commit_and_every_cluster_command_takes_a_kubeconfig_and
         "{err}"
     );
 }
+
+#[test]
+fn results_as_documents_exit_codes_and_completions() {
+    // check: the verdicts as JSON and YAML; a broken rule is exit 1 and named.
+    let (code, out, err) = ruleop(&["check", "--rules", "rules/", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["ok"], true);
+    let names: Vec<&str> = doc["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["myapp", "website"]);
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(
+        &broken,
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/myapp.yaml"))
+            .unwrap()
+            .replace("{{ spec.image }}", "{{ spec.image "),
+    )
+    .unwrap();
+    let (code, out, _) = ruleop(&["check", "--rules", broken.to_str().unwrap(), "-o", "yaml"]);
+    assert_eq!(code, 1, "a broken rule: {out}");
+    let doc: serde_json::Value = serde_yaml::from_str(&out).unwrap();
+    assert_eq!(doc["ok"], false);
+    assert_eq!(doc["errors"][0]["rule"], "myapp", "{doc}");
+    assert!(
+        doc["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("broken.yaml:"),
+        "{doc}"
+    );
+    // test: each file, test and step.
+    let (code, out, err) = ruleop(&["test", "rules/tests", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["passed"], true);
+    assert_eq!(doc["files"].as_array().unwrap().len(), 2, "{doc}");
+    assert!(doc["files"][0]["tests"][0]["passed"].as_bool().unwrap());
+    // diff offline: what a changed default would do, resource by resource.
+    let new = dir.path().join("website.yaml");
+    std::fs::write(
+        &new,
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/website.yaml"))
+            .unwrap()
+            .replace("cpu: 100m", "cpu: 200m"),
+    )
+    .unwrap();
+    let (code, out, err) = ruleop(&[
+        "diff",
+        "--rules",
+        "rules/website.yaml",
+        "--to",
+        new.to_str().unwrap(),
+        "examples/website.yaml",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, 1, "something would change: {out}{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["summary"]["podTemplates"], 1, "{doc}");
+    assert_eq!(
+        doc["resources"][0]["changed"][0]["podTemplate"], true,
+        "{doc}"
+    );
+    // Could not run (no cluster there): 2, not the 1 of wrong rules.
+    let (code, _, err) = ruleop(&[
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+        "trace",
+        "website/x",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    // Completions for the shells.
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, out, err) = ruleop(&["completion", shell]);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("ruleop") && out.contains("trace"),
+            "{shell}: {out}"
+        );
+    }
+}

@@ -59,6 +59,14 @@ pub(super) enum Command {
     /// go. ruleop's finalizers come off every resource; every child loses its owner
     /// reference to its resource and ruleop's labels and annotations, and keeps running.
     Release(ReleaseArgs),
+    /// Print the shell's completion script: `source <(ruleop completion bash)`.
+    Completion(CompletionArgs),
+}
+
+#[derive(Args, Debug)]
+pub(super) struct CompletionArgs {
+    /// bash, zsh, fish, elvish or powershell.
+    pub(super) shell: clap_complete::Shell,
 }
 
 #[derive(Args, Debug)]
@@ -97,6 +105,9 @@ pub(super) struct DiffArgs {
     /// Name what changes without the field diffs.
     #[arg(long)]
     pub(super) brief: bool,
+    /// `text`, or the changes as a `json` or `yaml` document.
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub(super) output: super::output::Output,
 }
 
 #[derive(Args, Debug)]
@@ -128,6 +139,9 @@ pub(super) struct TestArgs {
     /// dry-run applies: what the API server or its admission webhooks refuse fails the step.
     #[arg(long)]
     pub(super) server: bool,
+    /// `text`, or the results as a `json` or `yaml` document.
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub(super) output: super::output::Output,
 }
 
 #[derive(Args, Debug)]
@@ -259,6 +273,9 @@ pub(super) struct CheckArgs {
     /// Warnings are errors: no rule found is a failure.
     #[arg(long)]
     pub(super) strict: bool,
+    /// `text`, or the verdicts as a `json` or `yaml` document.
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub(super) output: super::output::Output,
 }
 
 #[derive(Args, Debug)]
@@ -272,7 +289,7 @@ pub(super) struct TraceArgs {
     /// The rules files of the kind (default: the cluster's Rule objects).
     #[arg(long)]
     pub(super) rules: Vec<PathBuf>,
-    /// `tree` (messages cut to a line), `wide` (whole messages) or `json`.
+    /// `tree` (messages cut to a line), `wide` (whole messages), `json` or `yaml`.
     #[arg(short, long, value_enum, default_value = "tree")]
     pub(super) output: TraceOutput,
 }
@@ -282,4 +299,5 @@ pub(super) enum TraceOutput {
     Tree,
     Wide,
     Json,
+    Yaml,
 }

@@ -168,7 +168,6 @@ pub(super) fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
             ),
         }
     }
-    print_errors(&errors);
     for r in &loaded {
         orphan_notes(r);
     }
@@ -179,35 +178,64 @@ pub(super) fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .filter(|r| !failed.contains(r.name.as_str()))
         .collect();
-    for r in &ok {
-        let w = &r.watch;
-        let gv = w.api_version();
-        let kinds: Vec<String> = r
-            .children
-            .iter()
-            .map(|c| format!("{}:{}", c.id, c.kind))
-            .collect();
-        println!(
-            "ok   {} ({}): watches {} {}, children [{}], {} status field(s)",
-            r.name,
-            r.at,
-            gv,
-            w.resource,
-            kinds.join(", "),
-            r.fields.len()
-        );
-    }
-    if ok.is_empty() && errors.is_empty() {
+    let empty = ok.is_empty() && errors.is_empty();
+    if empty {
         eprintln!("warning: no rule in {:?}", args.rules);
-        if args.strict {
-            return Ok(ExitCode::FAILURE);
-        }
+    }
+    if args.output.document() {
+        args.output.print(&verdicts(&ok, &errors))?;
+    } else {
+        print_text(&ok, &errors)?;
+    }
+    Ok(match errors.is_empty() && !(empty && args.strict) {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::FAILURE,
+    })
+}
+
+/// What a rule is, in a line and in a document.
+fn summary(r: &CompiledRule) -> (String, Value) {
+    let w = &r.watch;
+    let kinds: Vec<String> = r
+        .children
+        .iter()
+        .map(|c| format!("{}:{}", c.id, c.kind))
+        .collect();
+    let line = format!(
+        "{} ({}): watches {} {}, children [{}], {} status field(s)",
+        r.name,
+        r.at,
+        w.api_version(),
+        w.resource,
+        kinds.join(", "),
+        r.fields.len()
+    );
+    let doc = serde_json::json!({
+        "name": r.name, "at": r.at.to_string(),
+        "watches": {"apiVersion": w.api_version(), "resource": w.resource},
+        "children": kinds, "statusFields": r.fields.len(),
+    });
+    (line, doc)
+}
+
+fn print_text(ok: &[&Arc<CompiledRule>], errors: &[LoadError]) -> anyhow::Result<()> {
+    print_errors(errors);
+    for r in ok {
+        out!("ok   {}\n", summary(r).0);
     }
     if errors.is_empty() {
         out!("{} rule(s) ok\n", ok.len());
-        Ok(ExitCode::SUCCESS)
     } else {
         out!("{} rule(s) ok, {} error(s)\n", ok.len(), errors.len());
-        Ok(ExitCode::FAILURE)
     }
+    Ok(())
+}
+
+/// `check -o json|yaml`: the rules that are ok and every error, with its rule.
+fn verdicts(ok: &[&Arc<CompiledRule>], errors: &[LoadError]) -> Value {
+    serde_json::json!({
+        "ok": errors.is_empty(),
+        "rules": ok.iter().map(|r| summary(r).1).collect::<Vec<_>>(),
+        "errors": errors.iter().map(|e| serde_json::json!({"rule": e.rule(), "message": e.to_string()})).collect::<Vec<_>>(),
+    })
 }

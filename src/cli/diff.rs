@@ -25,8 +25,21 @@ pub(super) fn diff_cmd(args: DiffArgs) -> anyhow::Result<ExitCode> {
         offline(&args)
     };
     match result {
-        Ok(summary) => {
-            out!("{summary}\n");
+        Ok(tally) => {
+            let summary = &tally.summary;
+            match &tally.listed {
+                Some(listed) => args.output.print(&serde_json::json!({
+                    "summary": {
+                        "resources": summary.resources, "touched": summary.touched,
+                        "created": summary.created, "changed": summary.changed,
+                        "deleted": summary.deleted, "released": summary.released,
+                        "waiting": summary.waiting, "errors": summary.errors,
+                        "podTemplates": summary.pod_templates,
+                    },
+                    "resources": listed,
+                }))?,
+                None => out!("{summary}\n"),
+            }
             Ok(ExitCode::from(u8::from(
                 summary.touched + summary.errors > 0,
             )))
@@ -48,11 +61,46 @@ fn load(paths: &[std::path::PathBuf]) -> anyhow::Result<Vec<Arc<CompiledRule>>> 
     anyhow::bail!("the rules do not load:\n{}", all.join("\n"))
 }
 
+/// The totals, and with `-o json|yaml` each resource that anything would happen to.
+struct Tally {
+    summary: Summary,
+    listed: Option<Vec<Value>>,
+}
+
+impl Tally {
+    fn new(args: &DiffArgs) -> Tally {
+        Tally {
+            summary: Summary::default(),
+            listed: args.output.document().then(Vec::new),
+        }
+    }
+}
+
+/// One resource's changes as a document.
+fn listed(what: &str, d: &ResourceDiff) -> Value {
+    let names = |v: &[crate::ruletest::diff::Named]| -> Vec<String> {
+        v.iter().map(ToString::to_string).collect()
+    };
+    serde_json::json!({
+        "resource": what,
+        "error": d.error,
+        "created": names(&d.created),
+        "changed": d.changed.iter().map(|c| serde_json::json!({"object": c.object.to_string(), "podTemplate": c.pod_template, "diff": c.diff})).collect::<Vec<_>>(),
+        "deleted": names(&d.deleted),
+        "released": names(&d.released),
+        "waiting": d.waiting.iter().map(|(id, why)| serde_json::json!({"child": id, "why": why})).collect::<Vec<_>>(),
+    })
+}
+
 /// Prints what changes for one resource (nothing when nothing does), and counts it.
-fn report(what: &str, d: &ResourceDiff, brief: bool, summary: &mut Summary) -> std::io::Result<()> {
+fn report(what: &str, d: &ResourceDiff, brief: bool, tally: &mut Tally) -> std::io::Result<()> {
     use std::io::Write as _;
-    summary.add(d);
+    tally.summary.add(d);
     if !d.touches() && d.error.is_none() && d.waiting.is_empty() {
+        return Ok(());
+    }
+    if let Some(l) = &mut tally.listed {
+        l.push(listed(what, d));
         return Ok(());
     }
     let mut o = std::io::stdout().lock();
@@ -89,7 +137,7 @@ fn report(what: &str, d: &ResourceDiff, brief: bool, summary: &mut Summary) -> s
 }
 
 /// `--rules OLD --to NEW CRS.yaml [--observed FILE]`: each resource rendered by both.
-fn offline(args: &DiffArgs) -> anyhow::Result<Summary> {
+fn offline(args: &DiffArgs) -> anyhow::Result<Tally> {
     if args.to.is_empty() {
         anyhow::bail!(
             "resources given: give the new rules with --to (`--rules OLD --to NEW CRS.yaml`), or no resources to diff against the cluster"
@@ -100,7 +148,7 @@ fn offline(args: &DiffArgs) -> anyhow::Result<Summary> {
         Some(p) => read_objects(p)?,
         None => Vec::new(),
     };
-    let mut summary = Summary::default();
+    let mut summary = Tally::new(args);
     for path in &args.resources {
         for cr in read_objects(path)? {
             let (r_old, r_new) = (pick_rule(&old, None, &cr)?, pick_rule(&new, None, &cr)?);
@@ -152,14 +200,14 @@ fn describe(cr: &Value) -> String {
 
 /// `--rules NEW`: every live resource of each rule's kind, with its children and existing
 /// objects as the cluster holds them.
-fn against_cluster(args: &DiffArgs) -> anyhow::Result<Summary> {
+fn against_cluster(args: &DiffArgs) -> anyhow::Result<Tally> {
     let new = load(&args.rules)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
         let client = crate::client::plain().await?;
-        let mut summary = Summary::default();
+        let mut summary = Tally::new(args);
         for rule in &new {
             fleet(&client, rule, args, &mut summary).await?;
         }
@@ -224,7 +272,7 @@ async fn fleet(
     client: &kube::Client,
     rule: &CompiledRule,
     args: &DiffArgs,
-    summary: &mut Summary,
+    summary: &mut Tally,
 ) -> anyhow::Result<()> {
     let ns = args.namespace.as_deref();
     let Some(parent) = discovery::watched(client, &rule.watch).await? else {

@@ -18,6 +18,7 @@ mod args;
 mod check;
 mod diff;
 mod input;
+mod output;
 mod release;
 mod render;
 mod rule;
@@ -50,6 +51,7 @@ pub fn main() -> ExitCode {
         Command::Diff(args) => diff::diff_cmd(args),
         Command::Trace(args) => trace::trace_cmd(args),
         Command::Release(args) => release::release_cmd(args),
+        Command::Completion(args) => completion(&args),
     };
     match result {
         Ok(code) => code,
@@ -59,11 +61,22 @@ pub fn main() -> ExitCode {
         {
             ExitCode::SUCCESS
         }
+        // Could not run (a cluster unreachable, a file unreadable): 2, as for a usage
+        // error; 1 says the rules (or the tests) are wrong.
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(2)
         }
     }
+}
+
+/// `ruleop completion SHELL`: the shell's completion script.
+fn completion(args: &args::CompletionArgs) -> anyhow::Result<ExitCode> {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    let mut out = std::io::stdout().lock();
+    clap_complete::generate(args.shell, &mut cmd, "ruleop", &mut out);
+    Ok(ExitCode::SUCCESS)
 }
 
 fn init_logging(format: LogFormat) {

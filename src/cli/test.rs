@@ -31,7 +31,12 @@ pub(super) fn test_cmd(args: TestArgs) -> anyhow::Result<ExitCode> {
         .map(|f| run::run_file(f, args.update, judge))
         .collect();
     let (text, ok) = report::text(&results, start.elapsed().as_secs_f64());
-    out!("{text}");
+    if args.output.document() {
+        args.output
+            .print(&super::output::test_results(&results, ok))?;
+    } else {
+        out!("{text}");
+    }
     if let Some(path) = &args.junit {
         std::fs::write(path, report::junit(&results))
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;

@@ -46,6 +46,7 @@ pub(super) fn trace_cmd(args: TraceArgs) -> anyhow::Result<ExitCode> {
     let trace = rt.block_on(gather(&args))?;
     match args.output {
         TraceOutput::Json => println!("{}", serde_json::to_string_pretty(&trace)?),
+        TraceOutput::Yaml => print!("{}", serde_yaml::to_string(&trace)?),
         TraceOutput::Tree | TraceOutput::Wide => {
             print!("{}", tree(&trace, args.output == TraceOutput::Wide))
         }
