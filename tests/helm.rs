@@ -267,6 +267,7 @@ fn the_chart_lints_and_renders_what_deploy_holds() {
 struct Pod {
     child: std::process::Child,
     _dir: tempfile::TempDir,
+    _kubeconfig: tempfile::TempDir,
 }
 
 impl Pod {
@@ -305,23 +306,8 @@ impl Pod {
             })
             .collect();
         let token = c.kubectl(&["create", "token", "ruleop", "-n", NS], None);
-        let admin: Value =
-            serde_yaml::from_str(&c.kubectl(&["config", "view", "--raw", "-o", "yaml"], None))
-                .unwrap();
-        let server = &admin["clusters"][0]["cluster"];
-        let kc = dir.path().join("kubeconfig");
-        std::fs::write(
-            &kc,
-            serde_yaml::to_string(&json!({
-                "apiVersion": "v1", "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": server["server"], "certificate-authority-data": server["certificate-authority-data"]}}],
-                "users": [{"name": "sa", "user": {"token": token.trim()}}],
-                "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
-                "current-context": "sa",
-            }))
-            .unwrap(),
-        )
-        .unwrap();
+        let admin = c.kubectl(&["config", "view", "--raw", "-o", "yaml"], None);
+        let (kc_dir, kc) = common::access::token_kubeconfig(&admin, &token);
         std::fs::create_dir_all(format!("{ROOT}/target/test-logs")).unwrap();
         let log = std::fs::File::create(format!("{ROOT}/target/test-logs/helm.log")).unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"))
@@ -334,7 +320,11 @@ impl Pod {
             .stderr(log)
             .spawn()
             .unwrap();
-        Pod { child, _dir: dir }
+        Pod {
+            child,
+            _dir: dir,
+            _kubeconfig: kc_dir,
+        }
     }
 }
 

@@ -71,21 +71,10 @@ pub enum LetGoError {
 }
 
 /// Lets go every object of `kinds` ((apiVersion, kind)) labelled for rule `rule`, in
-/// `namespace` (or all), that asks to be orphaned and whose controller is one of `owners`.
-/// The API server is asked: no watch need see these kinds. How many were let go.
-pub async fn let_go_orphans(
-    client: &kube::Client,
-    fence: &crate::client::Fence,
-    rule: &str,
-    kinds: impl IntoIterator<Item = (String, String)>,
-    namespace: Option<&str>,
-    owners: &BTreeSet<String>,
-) -> Result<usize, LetGoError> {
-    let_go(client, fence, rule, kinds, namespace, owners, false).await
-}
-
-/// As [`let_go_orphans`], and with `every`, each such object whatever its `onRemove`
-/// (`ruleop release`: nothing of the rule's is left owned or marked).
+/// `namespace` (or all), whose controller is one of `owners` and that asks to be orphaned
+/// (with `every`, whatever its `onRemove`: `ruleop release`, nothing of the rule's left
+/// owned or marked). The API server is asked: no watch need see these kinds. How many were
+/// let go.
 pub async fn let_go(
     client: &kube::Client,
     fence: &crate::client::Fence,
@@ -145,13 +134,14 @@ async fn let_go_unwatched(ctx: &Ctx, cr: &DynamicObject) -> Result<(), Reconcile
     let owners: BTreeSet<String> = cr.uid().into_iter().collect();
     let kinds = ctx.kinds.unwatched.get().unwrap_or_default();
     let p = &ctx.process;
-    match let_go_orphans(
+    match let_go(
         &p.client,
         &p.fence,
         &ctx.rule.name,
         kinds,
         Some(&ns),
         &owners,
+        false,
     )
     .await
     {

@@ -73,11 +73,15 @@ pub fn service_account_kubeconfig(op_ns: &str, sa: &str) -> (tempfile::TempDir, 
         &["create", "token", sa, "-n", op_ns, "--duration", "1h"],
         None,
     );
-    let admin: Value = serde_yaml::from_str(&kubectl_ok(
-        &["config", "view", "--raw", "-o", "yaml"],
-        None,
-    ))
-    .unwrap();
+    let admin = kubectl_ok(&["config", "view", "--raw", "-o", "yaml"], None);
+    token_kubeconfig(&admin, &token)
+}
+
+/// A kubeconfig that reaches the cluster of `admin` (a kubeconfig's YAML, as `kubectl
+/// config view --raw` prints it) with `token`; its folder goes when the first value is
+/// dropped.
+pub fn token_kubeconfig(admin: &str, token: &str) -> (tempfile::TempDir, String) {
+    let admin: Value = serde_yaml::from_str(admin).unwrap();
     let cluster = &admin["clusters"][0]["cluster"];
     let kubeconfig = json!({
         "apiVersion": "v1", "kind": "Config",
