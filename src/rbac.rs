@@ -235,6 +235,8 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
     if let Some(rules) = out.last_mut().and_then(|r| r["rules"].as_array_mut()) {
         rules.push(json!({"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"], "resourceNames": [t.name], "verbs": ["get", "patch"]}));
         rules.push(json!({"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}));
+        // Who may scrape /metrics (`--metrics-auth kubernetes`): the caller's token.
+        rules.push(json!({"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}));
     }
     out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": rule_objects},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": rule_objects}, "subjects": subject}));

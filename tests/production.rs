@@ -5,8 +5,8 @@
 mod common;
 
 use common::{
-    Operator, condition, eventually, get_json, http_get, install_crds, kubectl, kubectl_ok,
-    manifest_in, wait_json,
+    Operator, condition, eventually, get_json, http_get, http_get_as, install_crds, kubectl,
+    kubectl_ok, manifest_in, wait_json,
 };
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -249,6 +249,53 @@ async fn admin_endpoints_answer_and_events_show_in_describe() {
             .join("\n")
     );
     common::delete_namespace(&ns);
+}
+
+/// `--metrics-auth kubernetes`: /metrics answers a token the API server knows, of a user
+/// allowed `get` on it, and nobody else; the probes stay open.
+#[tokio::test]
+async fn metrics_answer_only_a_token_allowed_to_read_them() {
+    let client = common::client().await;
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
+    let ns = common::namespace(&client, "metricsauth").await;
+    let role = format!("{ns}-metrics-reader");
+    let grant = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader", "namespace": ns}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "nobody", "namespace": ns}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
+         "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+         "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]},
+    ]});
+    kubectl_ok(&["apply", "-f", "-"], Some(&grant.to_string()));
+    let op = Operator::start(
+        &ns,
+        &["rules/website.yaml"],
+        &["--metrics-auth", "kubernetes"],
+    );
+    let addr = op.admin_addr().await;
+    let token = |sa: &str| {
+        kubectl_ok(&["create", "token", sa, "-n", &ns], None)
+            .trim()
+            .to_string()
+    };
+    let (reader, nobody) = (token("reader"), token("nobody"));
+
+    assert_eq!(http_get(&addr, "/metrics").0, 401, "no token");
+    assert_eq!(http_get_as(&addr, "/metrics", Some("not-a-token")).0, 401);
+    let (code, body) = http_get_as(&addr, "/metrics", Some(&nobody));
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("may not get /metrics"), "{body}");
+    // (The binding may take a moment to reach the API server's authorizer.)
+    let body = eventually(T, "the reader's scrape answered", || async {
+        let (code, body) = http_get_as(&addr, "/metrics", Some(&reader));
+        (code == 200).then_some(body)
+    })
+    .await;
+    assert!(body.contains("ruleop_build_info"), "{body}");
+    assert_eq!(http_get(&addr, "/livez").0, 200, "the probes need no token");
+    kubectl(&["delete", "clusterrolebinding,clusterrole", &role], None);
 }
 
 #[tokio::test]

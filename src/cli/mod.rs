@@ -34,7 +34,13 @@ use std::process::ExitCode;
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log.log_format);
+    let _traces = match init_logging(cli.log.log_format, &cli.command) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     crate::client::set_target(crate::client::Target {
         kubeconfig: cli.target.kubeconfig.clone(),
         context: cli.target.context.clone(),
@@ -79,19 +85,45 @@ fn completion(args: &args::CompletionArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn init_logging(format: LogFormat) {
-    use tracing_subscriber::EnvFilter;
+/// Logs to stderr; with `run --otlp-endpoint`, reconciles are also sent as traces
+/// (the handle returned flushes them when dropped).
+fn init_logging(
+    format: LogFormat,
+    command: &Command,
+) -> anyhow::Result<Option<crate::operator::telemetry::Traces>> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{EnvFilter, Layer as _};
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,kube=warn,tower=warn,hyper=warn"));
     // Colour only on a terminal: a file or a pipe gets plain text.
     use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
+    let fmt = match format {
+        LogFormat::Json => fmt.json().flatten_event(true).boxed(),
+        LogFormat::Text => fmt.boxed(),
+    };
+    let registry = tracing_subscriber::registry().with(fmt.with_filter(filter));
+    let otlp = match command {
+        Command::Run(args) => args
+            .otlp_endpoint
+            .as_deref()
+            .map(|e| (e, args.otlp_protocol)),
+        _ => None,
+    };
+    match otlp {
+        Some((endpoint, protocol)) => {
+            let (layer, traces) = crate::operator::telemetry::setup(endpoint, protocol)?;
+            registry.with(layer).init();
+            tracing::info!(endpoint, "sending a trace per reconcile over OTLP");
+            Ok(Some(traces))
+        }
+        None => {
+            registry.init();
+            Ok(None)
+        }
     }
 }
 

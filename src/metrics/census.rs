@@ -1,7 +1,7 @@
 //! `ruleop_resources{rule, condition, status}`: each running rule's resources counted by
 //! their `Ready`, `Synced`, `Reconciling` and `Stalled` conditions, as the cache holds them,
 //! counted when /metrics is read (nothing is kept per resource, nothing is done between
-//! scrapes).
+//! scrapes); and `ruleop_queue_depth{rule}`, the resources waiting for a reconcile.
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -17,6 +17,8 @@ pub const CONDITIONS: [&str; 4] = ["Ready", "Synced", "Reconciling", "Stalled"];
 pub struct Counts {
     pub total: i64,
     pub true_of: [i64; 4],
+    /// Waiting for a reconcile an event asked for (`ruleop_queue_depth`).
+    pub queued: i64,
 }
 
 /// Counts a rule's resources now.
@@ -61,6 +63,11 @@ impl Census {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabel {
+    rule: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Labels {
     rule: String,
     condition: &'static str,
@@ -79,7 +86,7 @@ impl Collector for Census {
             None,
             prometheus_client::metrics::MetricType::Gauge,
         )?;
-        for (rule, c) in counted {
+        for (rule, c) in &counted {
             for (i, condition) in CONDITIONS.iter().enumerate() {
                 for (status, n) in [("True", c.true_of[i]), ("False", c.total - c.true_of[i])] {
                     let labels = Labels {
@@ -90,6 +97,15 @@ impl Collector for Census {
                     ConstGauge::new(n).encode(m.encode_family(&labels)?)?;
                 }
             }
+        }
+        let mut q = e.encode_descriptor(
+            "ruleop_queue_depth",
+            "A running rule's resources waiting for a reconcile that a watch event asked for (retries waiting for their time left out)",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (rule, c) in counted {
+            ConstGauge::new(c.queued).encode(q.encode_family(&RuleLabel { rule })?)?;
         }
         Ok(())
     }

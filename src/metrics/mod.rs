@@ -385,6 +385,7 @@ mod tests {
             Box::new(|| Counts {
                 total: 3,
                 true_of: [2, 3, 1, 0],
+                queued: 2,
             }),
         );
         let text = m.render();
@@ -392,6 +393,7 @@ mod tests {
             r#"ruleop_resources{rule="website",condition="Ready",status="True"} 2"#,
             r#"ruleop_resources{rule="website",condition="Ready",status="False"} 1"#,
             r#"ruleop_resources{rule="website",condition="Stalled",status="False"} 3"#,
+            r#"ruleop_queue_depth{rule="website"} 2"#,
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }

@@ -1,12 +1,16 @@
 //! The admin server: `/metrics` (Prometheus text), `/livez`, `/readyz` (ready once the
 //! rules are loaded and, on the leader, every running rule's watches have synced) and
-//! `/status` (JSON: leadership, rules, and the errors of the last rules load).
+//! `/status` (JSON: leadership, rules, and the errors of the last rules load). With
+//! `--metrics-auth kubernetes`, `/metrics` answers only a caller the API server allows
+//! ([`super::metrics_auth`]); the probes stay open.
 
+use super::metrics_auth::{Gatekeeper, Verdict};
 use crate::metrics::Metrics;
 use crate::rules::book::Problem;
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use serde::Serialize;
@@ -103,6 +107,27 @@ struct AppState {
     health: Arc<Health>,
 }
 
+/// The guard of `/metrics`: 401 without a token the API server knows, 403 for a user
+/// without `get` on it, 503 when the API server could not be asked.
+async fn guard(
+    State(gate): State<Arc<Gatekeeper>>,
+    request: Request,
+    next: Next,
+) -> axum::response::Response {
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let (code, why) = match gate.check(authorization).await {
+        Verdict::Allowed => return next.run(request).await,
+        Verdict::Unauthenticated(why) => (StatusCode::UNAUTHORIZED, why),
+        Verdict::Forbidden(why) => (StatusCode::FORBIDDEN, why),
+        Verdict::Unknown(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+    };
+    tracing::debug!(code = code.as_u16(), why, "a scrape of /metrics refused");
+    (code, format!("{why}\n")).into_response()
+}
+
 async fn metrics_text(State(s): State<AppState>) -> impl IntoResponse {
     (
         [(
@@ -165,11 +190,16 @@ pub async fn serve(
     serves: Serves,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+    gate: Option<Arc<Gatekeeper>>,
 ) -> std::io::Result<SocketAddr> {
     let mut app = Router::new();
     if serves != Serves::Status {
+        let scrape = match gate {
+            Some(gate) => get(metrics_text).layer(middleware::from_fn_with_state(gate, guard)),
+            None => get(metrics_text),
+        };
         app = app
-            .route("/metrics", get(metrics_text))
+            .route("/metrics", scrape)
             .route("/livez", get(livez))
             .route("/readyz", get(readyz));
     }

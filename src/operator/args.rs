@@ -85,6 +85,19 @@ pub struct RunArgs {
     /// reaches it) while probes and metrics stay on the admin port. Port 0 picks one.
     #[arg(long)]
     pub status_addr: Option<SocketAddr>,
+    /// Who may read /metrics: `none` (anyone who reaches the port), or `kubernetes`: a
+    /// bearer token the API server authenticates (TokenReview) whose user may `get` the
+    /// non-resource URL `/metrics` (SubjectAccessReview), as kube-rbac-proxy does. The
+    /// probes stay open (the kubelet calls them with no token).
+    #[arg(long, value_enum, default_value_t = super::metrics_auth::MetricsAuth::None)]
+    pub metrics_auth: super::metrics_auth::MetricsAuth,
+    /// Send a trace per reconcile to this OTLP/HTTP collector (e.g.
+    /// `http://otel-collector.monitoring:4318`; `/v1/traces` is added). Off by default.
+    #[arg(long, env = "RULEOP_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// The OTLP encoding: `http/protobuf` or `http/json`.
+    #[arg(long, value_enum, default_value_t = super::telemetry::OtlpProtocol::HttpProtobuf)]
+    pub otlp_protocol: super::telemetry::OtlpProtocol,
     /// Reconcile only while holding the leader Lease.
     #[arg(long)]
     pub leader_elect: bool,

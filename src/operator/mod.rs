@@ -5,7 +5,8 @@
 //! Owns: the process's life ([`run`]), its arguments ([`args`]), the rules in force kept
 //! running ([`supervisor`], one [`runner`] per rule), the rules files watched
 //! ([`reload`]), each rule's CRD installed ([`crds`]), the kinds each rule has made
-//! ([`inventory`]) and the admin endpoints ([`admin`]).
+//! ([`inventory`]), the admin endpoints ([`admin`]) and who may read their metrics
+//! ([`metrics_auth`]), and the traces of its reconciles ([`telemetry`]).
 //!
 //! Uses: everything below it. Used by: the CLI, and `rbac` (the inventory's name).
 
@@ -13,6 +14,7 @@ pub mod admin;
 pub mod args;
 pub mod crds;
 pub mod inventory;
+pub mod metrics_auth;
 pub mod objects;
 pub mod release;
 pub mod reload;
@@ -20,6 +22,7 @@ pub mod revisions;
 pub mod rule_status;
 pub mod runner;
 pub mod supervisor;
+pub mod telemetry;
 pub mod versions;
 pub mod webhook;
 
@@ -162,17 +165,31 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         Some(_) => admin::Serves::Probes,
         None => admin::Serves::All,
     };
-    let addr = admin::serve(args.admin_addr, serves, metrics.clone(), health.clone())
-        .await
-        .map_err(|source| RunError::Admin {
-            addr: args.admin_addr,
-            source,
-        })?;
+    let gate = (args.metrics_auth == metrics_auth::MetricsAuth::Kubernetes)
+        .then(|| Arc::new(metrics_auth::Gatekeeper::new(election_client.clone())));
+    let addr = admin::serve(
+        args.admin_addr,
+        serves,
+        metrics.clone(),
+        health.clone(),
+        gate,
+    )
+    .await
+    .map_err(|source| RunError::Admin {
+        addr: args.admin_addr,
+        source,
+    })?;
     tracing::info!(%addr, "admin server listening");
     if let Some(at) = args.status_addr {
-        let addr = admin::serve(at, admin::Serves::Status, metrics.clone(), health.clone())
-            .await
-            .map_err(|source| RunError::Admin { addr: at, source })?;
+        let addr = admin::serve(
+            at,
+            admin::Serves::Status,
+            metrics.clone(),
+            health.clone(),
+            None,
+        )
+        .await
+        .map_err(|source| RunError::Admin { addr: at, source })?;
         tracing::info!(%addr, "status server listening");
     }
 

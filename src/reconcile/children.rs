@@ -19,6 +19,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
+use tracing::Instrument as _;
 
 /// What one round did.
 #[derive(Default)]
@@ -117,7 +118,16 @@ fn is_grant(c: &Rendered) -> bool {
 /// Sends `writes` at once and books their answers.
 async fn send(ctx: &Ctx, ns: &str, r: &ResourceId, writes: Vec<Write<'_>>, round: &mut Round) {
     let writes = writes.into_iter().map(|w| async move {
-        let task = owned_write(&w, &r.uid, &ctx.rule.name, ctx.process.fence.clone());
+        let span = tracing::info_span!(
+            "child write",
+            child = %w.c.id,
+            kind = %w.c.kind,
+            name = %w.c.name,
+            error = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let task =
+            owned_write(&w, &r.uid, &ctx.rule.name, ctx.process.fence.clone()).instrument(span);
         let step = ctx
             .records
             .send(r, (&w.c.id, w.key.clone()), task, PATIENCE)
@@ -249,6 +259,11 @@ fn owned_write(
             fence: &fence,
         };
         let result = apply::write_child(&api, &child, live.as_ref(), claim).await;
+        if let Err(e) = &result {
+            let span = tracing::Span::current();
+            span.record("error", tracing::field::display(e));
+            span.record("otel.status_code", "ERROR");
+        }
         Sent {
             child,
             live,

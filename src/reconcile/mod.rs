@@ -45,6 +45,7 @@ use status_write::{Seen, write_status};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 /// How long a resource refused for a reason in itself waits before it is tried again
 /// anyway (the cause may have been outside: an admission policy).
@@ -79,7 +80,14 @@ pub async fn reconcile(cached: Arc<Cached>, router: Arc<Router>) -> Result<Actio
         // Its revision is held: it waits (the rollout says why).
         (None, None) => return Ok(Action::await_change()),
     };
-    AssertUnwindSafe(reconcile_object(cr, ctx))
+    let span = tracing::info_span!(
+        "reconcile",
+        rule = %ctx.rule.name,
+        revision = ctx.revision.unwrap_or_default(),
+        namespace = cr.metadata.namespace.as_deref().unwrap_or_default(),
+        name = cr.metadata.name.as_deref().unwrap_or_default(),
+    );
+    AssertUnwindSafe(reconcile_object(cr, ctx).instrument(span))
         .catch_unwind()
         .await
         .map_err(|p| ReconcileError::Panicked(panic_message(p.as_ref())))?
@@ -163,6 +171,7 @@ async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Actio
     // children and the status.
     // (Off the async workers, which also renew the Lease: a render is pure CPU.)
     let (scope, rendered) = off_the_workers(|| {
+        let _span = tracing::info_span!("render").entered();
         let scope = render::scope(rule, &cr_json).and_then(|s| lookups::resolve(&ctx, &r, s));
         let live = |c: &Rendered| ctx.live(&ns, c);
         let rendered = scope

@@ -14,6 +14,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
+use tracing::Instrument as _;
 
 fn now_rfc3339() -> String {
     k8s_openapi::jiff::Timestamp::now()
@@ -119,6 +120,19 @@ fn our_status(mark: &StatusMark, live_rv: &str) -> Option<Value> {
 /// Server-side applies `status`: through the status subresource, or the object itself
 /// when the kind has none.
 async fn patch_status(
+    ctx: &Ctx,
+    api: &Api<DynamicObject>,
+    key: &ObjectKey,
+    status: &Value,
+) -> Result<DynamicObject, kube::Error> {
+    let span = tracing::info_span!(
+        "status write",
+        subresource = ctx.kinds.parent.status_subresource
+    );
+    patch(ctx, api, key, status).instrument(span).await
+}
+
+async fn patch(
     ctx: &Ctx,
     api: &Api<DynamicObject>,
     key: &ObjectKey,

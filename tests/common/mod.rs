@@ -290,10 +290,18 @@ pub fn admin_metric(addr: &str, name: &str) -> f64 {
 
 /// GET over plain HTTP/1.0 on loopback: (status code, body).
 pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    http_get_as(addr, path, None)
+}
+
+/// [`http_get`] with a bearer token.
+pub fn http_get_as(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).expect("admin server reachable");
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").unwrap();
     let mut buf = String::new();
     let _ = s.read_to_string(&mut buf);
     let code = buf

@@ -1,10 +1,12 @@
 //! A rule's resources counted by their conditions for `ruleop_resources`, from the cache of
-//! the watched kind (read when /metrics is scraped).
+//! the watched kind, and those waiting for a reconcile (read when /metrics is scraped).
 
+use super::queue::Queue;
 use crate::cache::cached::Cached;
 use crate::metrics::{CONDITIONS, Count, Counts};
 use kube::runtime::reflector::Store;
 use serde::Deserialize;
+use std::sync::Arc;
 
 #[derive(Deserialize, Default)]
 struct Object {
@@ -38,13 +40,14 @@ fn add(c: &mut Counts, text: &str) {
     }
 }
 
-/// Counts the resources `store` holds.
-pub(super) fn of(store: Store<Cached>) -> Count {
+/// Counts the resources `store` holds, and those of them `queue` says wait.
+pub(super) fn of(store: Store<Cached>, queue: Arc<Queue>) -> Count {
     Box::new(move || {
         let mut c = Counts::default();
         for r in store.state() {
             add(&mut c, r.text());
         }
+        c.queued = queue.depth(&store);
         c
     })
 }
@@ -70,7 +73,8 @@ mod tests {
             c,
             Counts {
                 total: 4,
-                true_of: [1, 1, 0, 1]
+                true_of: [1, 1, 0, 1],
+                queued: 0,
             }
         );
     }

@@ -12,6 +12,7 @@ pub mod identity;
 mod loaded;
 pub mod parts;
 pub use parts::{Options, RuleInfo};
+mod queue;
 mod rollout;
 use crate::cache::cached::Cached;
 use crate::cache::discovery;
@@ -393,11 +394,13 @@ async fn run(
     let sync = Arc::new(SyncTracker::new(watches, synced.clone()));
     let parent_writer = Writer::<Cached>::new(parent.resource.clone());
     let parent_reader = parent_writer.as_reader();
+    let queue = Arc::new(queue::Queue::default());
     let _counted = process
         .metrics
         .census
-        .count(&rule.name, census::of(parent_reader.clone()));
+        .count(&rule.name, census::of(parent_reader.clone(), queue.clone()));
     let follow = records.clone();
+    let marks = queue.clone();
     let parent_stream = parent_watch(
         &client,
         &opts.scope,
@@ -405,7 +408,12 @@ async fn run(
         parent_writer,
         &sync,
         Box::new(move |ev| follow.follow_resource(ev)),
-    );
+    )
+    .inspect(move |ev| {
+        if let Ok(o) = ev {
+            marks.wanted(&o.namespace().unwrap_or_default(), &o.name_any());
+        }
+    });
     let (reconcile_all, all) = tokio::sync::mpsc::channel::<()>(1);
     // A version that may prune only after a wait: every resource again when it may.
     let _prune_opens = match prune_from {
@@ -428,7 +436,10 @@ async fn run(
     .with_config(controller_config(opts.concurrency))
     .trigger_backoff(BriefPause)
     .graceful_shutdown_on(stopped(stop.clone()))
-    .reconcile_all_on(tokio_stream_of(all));
+    .reconcile_all_on({
+        let (marks, every) = (queue.clone(), parent_reader.clone());
+        tokio_stream_of(all).inspect(move |_| marks.all_wanted(&every))
+    });
 
     let rules: Vec<&CompiledRule> = loaded.iter().map(|l| &*l.rule).collect();
     let mut child_kinds = Vec::new();
@@ -437,6 +448,12 @@ async fn run(
         let follow = Box::new(move |ev: &_| follow.follow_child(&ar, ev));
         let (stream, child) =
             child_watch(&client, &opts.scope, &rules, k, sync.clone(), i + 1, follow);
+        let (marks, owner) = (queue.clone(), parent.resource.clone());
+        let stream = stream.inspect(move |ev| {
+            if let Ok(c) = ev {
+                marks.child_event(c, &owner.api_version, &owner.kind);
+            }
+        });
         controller = controller.owns_stream_with(stream, k.resource.clone());
         child_kinds.push(child);
     }
@@ -447,14 +464,16 @@ async fn run(
         let (stream, kind) = existing_watch(&client, &opts.scope, &k, sync.clone(), watch_index);
         let readers = records.clone();
         let parent_kind = parent.resource.clone();
+        let marks = queue.clone();
         let mapper = move |c: Cached| {
             // The labels a lookup matches are in the text only.
             let Some(o) = c.head() else {
                 return Vec::new();
             };
             let ns = o.namespace().unwrap_or_default();
-            readers
-                .readers_of(i, &o)
+            let names = readers.readers_of(i, &o);
+            names.iter().for_each(|name| marks.wanted(&ns, name));
+            names
                 .into_iter()
                 .map(|name| ObjectRef::new_with(&name, parent_kind.clone()).within(&ns))
                 .collect::<Vec<_>>()
@@ -566,6 +585,10 @@ async fn run(
     // The rule's info gauges, removed however the rule ends (stopped, or aborted).
     let _gauges = parts::Gauges::set(&process.metrics, &rule, revision);
     tracing::info!(children = rule.children.len(), fingerprint = %rule.fingerprint, revisions = loaded.len(), "rule started");
+    let reconcile = move |cr: Arc<Cached>, router: Arc<Router>| {
+        queue.started(&cr);
+        reconcile(cr, router)
+    };
     controller
         .run(reconcile, error_policy, Arc::new(router))
         .for_each(|res| async move {
