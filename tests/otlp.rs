@@ -119,15 +119,7 @@ async fn a_reconcile_is_one_trace_of_render_child_writes_and_status_write() {
     let ns = common::namespace(&client, "otlp").await;
     let (url, got) = receiver().await;
     let dir = tempfile::tempdir().unwrap();
-    let root = env!("CARGO_MANIFEST_DIR");
-    let good = std::fs::read_to_string(format!("{root}/rules/website.yaml")).unwrap();
-    // A Deployment's pods must restart Always: the API server refuses this one.
-    let broken = good.replacen(
-        "            containers:\n",
-        "            restartPolicy: Never\n            containers:\n",
-        1,
-    );
-    assert_ne!(broken, good);
+    let (good, broken) = common::website_rule_and_refused();
     let file = dir.path().join("website.yaml");
     std::fs::write(&file, &good).unwrap();
     let rules = file.to_str().unwrap().to_string();

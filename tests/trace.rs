@@ -32,15 +32,7 @@ async fn trace_names_the_refused_child_first_with_its_message() {
     install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "trace").await;
     let dir = tempfile::tempdir().unwrap();
-    let root = env!("CARGO_MANIFEST_DIR");
-    let good = std::fs::read_to_string(format!("{root}/rules/website.yaml")).unwrap();
-    // A Deployment's pods must restart Always: the API server refuses this one.
-    let broken = good.replacen(
-        "            containers:\n",
-        "            restartPolicy: Never\n            containers:\n",
-        1,
-    );
-    assert_ne!(broken, good);
+    let (good, broken) = common::website_rule_and_refused();
     let file = dir.path().join("website.yaml");
     std::fs::write(&file, &broken).unwrap();
     let rules = file.to_str().unwrap().to_string();

@@ -650,3 +650,17 @@ pub fn go_tool(name: &str) -> String {
     );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
+
+/// The shipped WebSite rule, and the same with a Deployment the API server refuses (its
+/// pods must restart Always: this one says Never).
+pub fn website_rule_and_refused() -> (String, String) {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let good = std::fs::read_to_string(format!("{root}/rules/website.yaml")).unwrap();
+    let broken = good.replacen(
+        "            containers:\n",
+        "            restartPolicy: Never\n            containers:\n",
+        1,
+    );
+    assert_ne!(broken, good);
+    (good, broken)
+}
