@@ -1,6 +1,6 @@
 //! A path a rule reads inside an object (`status.readyReplicas`, `spec.ports[0].port`)
 //! resolved against the OpenAPI schema of the object's kind: the first field the schema
-//! does not have, with the names it has there. `$ref`, `allOf`, lists (an index or every
+//! does not have, with the names it has there, or the type of the value there. `$ref`, `allOf`, lists (an index or every
 //! item) and maps (`additionalProperties`) are followed; a free-form field (kept whatever
 //! it holds: `x-kubernetes-preserve-unknown-fields`, an object with no properties, a
 //! quantity) ends the check, as anything may be under it. `metadata` of any object is
@@ -95,9 +95,47 @@ fn node(s: &Value) -> Node<'_> {
     }
 }
 
+/// Where a walk along a path ends.
+enum End<'a> {
+    /// At this schema: every step is known.
+    At(&'a Value),
+    /// In a free-form field: anything may follow.
+    Free,
+    Miss(Miss),
+}
+
 /// The first step of `path` (inside an object of `schema`) that the schema does not
 /// have; None when every step is known or the path enters a free-form field.
 pub fn miss(schema: &Value, path: &[Seg]) -> Option<Miss> {
+    match walk(schema, path) {
+        End::Miss(m) => Some(m),
+        End::At(_) | End::Free => None,
+    }
+}
+
+/// The JSON type of the value at `path` (inside an object of `schema`): `object`,
+/// `array`, `string`, `integer`, `number` or `boolean`; None when it is not known (a
+/// free-form field, an int-or-string, a path the schema does not have).
+pub fn type_at(schema: &Value, path: &[Seg]) -> Option<&'static str> {
+    let End::At(s) = walk(schema, path) else {
+        return None;
+    };
+    let s = resolve(s);
+    if s["x-kubernetes-int-or-string"] == true || s["format"] == "int-or-string" {
+        return None;
+    }
+    match s["type"].as_str()? {
+        "object" => Some("object"),
+        "array" => Some("array"),
+        "string" => Some("string"),
+        "integer" => Some("integer"),
+        "number" => Some("number"),
+        "boolean" => Some("boolean"),
+        _ => None,
+    }
+}
+
+fn walk<'a>(schema: &'a Value, path: &[Seg]) -> End<'a> {
     let mut s = schema;
     for (i, seg) in path.iter().enumerate() {
         let at = || display(&path[..=i]);
@@ -117,18 +155,17 @@ pub fn miss(schema: &Value, path: &[Seg]) -> Option<Miss> {
             }
         }
         s = match (node(s), seg) {
-            (Node::Free, _) => return None,
+            (Node::Free, _) | (Node::Object(..), Seg::Item | Seg::Each) => return End::Free,
             (Node::Object(o, extra), Seg::Field(f)) => match (o["properties"].get(f), extra) {
                 (Some(next), _) => next,
                 (None, Some(e)) => e,
-                (None, None) => return Some(unknown(o, f, at())),
+                (None, None) => return End::Miss(unknown(o, f, at())),
             },
-            (Node::Object(..), Seg::Item | Seg::Each) => return None,
             (Node::Map(v), _) => v,
             (Node::List(items), Seg::Item | Seg::Each) => items,
             (Node::List(_), Seg::Field(f)) => {
                 let list = here();
-                return Some(Miss {
+                return End::Miss(Miss {
                     field: at(),
                     close: None,
                     names: vec![format!("{list}[0].{f}")],
@@ -136,7 +173,7 @@ pub fn miss(schema: &Value, path: &[Seg]) -> Option<Miss> {
                 });
             }
             (Node::Scalar(what), _) => {
-                return Some(Miss {
+                return End::Miss(Miss {
                     field: at(),
                     close: None,
                     names: Vec::new(),
@@ -145,7 +182,7 @@ pub fn miss(schema: &Value, path: &[Seg]) -> Option<Miss> {
             }
         };
     }
-    None
+    End::At(s)
 }
 
 static STRING: std::sync::LazyLock<Value> =
@@ -341,5 +378,34 @@ mod tests {
         let svc = builtin("v1", "Service").unwrap();
         assert!(miss(svc, &path("spec.ports[0].targetPort.x")).is_some());
         assert_eq!(miss(svc, &path("status.loadBalancer.ingress[0].ip")), None);
+    }
+
+    #[test]
+    fn the_type_at_a_path_is_known_where_the_schema_says_it() {
+        let d = deployment();
+        assert_eq!(type_at(d, &path("status.readyReplicas")), Some("integer"));
+        assert_eq!(type_at(d, &path("metadata.labels")), Some("object"));
+        assert_eq!(type_at(d, &path("metadata.name")), Some("string"));
+        assert_eq!(
+            type_at(d, &path("spec.template.spec.containers")),
+            Some("array")
+        );
+        assert_eq!(
+            type_at(d, &path("spec.template.spec.containers[0].image")),
+            Some("string")
+        );
+        assert_eq!(
+            type_at(d, &path("spec.strategy.rollingUpdate.maxSurge")),
+            None
+        );
+        assert_eq!(
+            type_at(
+                d,
+                &path("spec.template.spec.containers[0].resources.limits.cpu")
+            ),
+            None
+        );
+        assert_eq!(type_at(d, &path("status.readyReplica")), None);
+        assert_eq!(type_at(d, &[]), Some("object"));
     }
 }

@@ -13,7 +13,7 @@ use super::model::{CompiledField, FieldSource, Source};
 use crate::rules::helpers::template_code;
 use crate::rules::program::Program;
 use crate::rules::spec::RuleSpec;
-use crate::schema::path::{Seg, miss};
+use crate::schema::path::{Seg, miss, type_at};
 use crate::schema::typed;
 use jsonpath_rust::parser::model::{JpQuery, Segment, Selector};
 use serde_json::Value;
@@ -152,6 +152,27 @@ fn problem(t: &Target<'_>, segs: &[Seg], text: &str, head: &str) -> Option<(Stri
     };
     let m = miss(&t.schema, segs)?;
     Some((format!("`{text}`: {}", m.problem(&t.kind)), m.fix()))
+}
+
+/// The JSON type of a lone expression of a child's template that is exactly one
+/// reference (`{{ observed.svc.spec.clusterIP }}`), when the kind's schema says it; so a
+/// reference's type is checked where it is put, as a `spec.…` field's is.
+pub(super) fn type_of(kinds: &Kinds<'_>, expr: &str) -> Option<&'static str> {
+    let expr = expr.trim();
+    let found = chains(expr, roots(&Place::Child));
+    let [chain] = found.as_slice() else {
+        return None;
+    };
+    if chain.text != expr {
+        return None;
+    }
+    let (t, segs) = kinds.target(&Place::Child, chain)?;
+    match (t.list, segs.first()) {
+        (false, _) => type_at(&t.schema, segs),
+        (true, None) => Some("array"),
+        (true, Some(Seg::Item | Seg::Each)) => type_at(&t.schema, &segs[1..]),
+        (true, Some(Seg::Field(_))) => None,
+    }
 }
 
 /// One template or expression: where it stands, its child, its code, and the variables

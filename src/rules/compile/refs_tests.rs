@@ -204,3 +204,24 @@ fn the_resource_itself_is_checked_against_the_rules_schema() {
         "{bad:#?}"
     );
 }
+
+#[test]
+fn a_references_type_is_checked_where_it_is_put() {
+    // The container's image is a string.
+    for good in [
+        "{{ rendered.config.metadata.name }}",
+        "{{ existing.db.data.image }}",
+        "{{ rendered.config.metadata.generation | string }}",
+    ] {
+        assert_eq!(errors_with("IMAGE", good), Vec::<String>::new(), "{good}");
+    }
+    let e = one("IMAGE", "{{ rendered.config.metadata.generation }}");
+    assert!(
+        e.contains("`{{ rendered.config.metadata.generation }}` gives an integer; `spec.template.spec.containers[0].image` is a string"),
+        "{e}"
+    );
+    let e = one("IMAGE", "{{ rendered.allow }}");
+    assert!(e.contains("gives an array"), "{e}");
+    let e = one("IMAGE", "{{ existing.db.data }}");
+    assert!(e.contains("gives an object"), "{e}");
+}
