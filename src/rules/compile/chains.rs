@@ -186,4 +186,34 @@ mod tests {
             3
         );
     }
+
+    #[test]
+    fn broken_code_gives_short_chains_and_no_panic() {
+        for code in [
+            "rendered[",
+            "rendered.",
+            "rendered[-",
+            "rendered[-1",
+            "child.(",
+            "child.a(",
+            "children['a'](",
+            "rendered['a",
+            "child[0",
+            "child..a",
+            "child.0.",
+            "'child.a",
+            "child.é.ü[0]",
+            "(child).a",
+            "child",
+            "",
+        ] {
+            for c in chains(code, &["rendered", "children", "child"]) {
+                assert_eq!(c.ends.len(), c.segs.len(), "{code}");
+                let _ = c.head(0);
+                let _ = c.head(c.segs.len());
+            }
+        }
+        assert_eq!(one("child.a(").segs, vec![]);
+        assert_eq!(one("child.é.ü[0]").segs, vec![f("é"), f("ü"), Seg::Item]);
+    }
 }
