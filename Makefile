@@ -19,10 +19,10 @@ run:
 test:
 	tests/run.sh
 
-## test-unit: the tests that need no cluster: unit tests, the command line, formats, the
+## test-unit: the tests that need no cluster: unit tests, the command line, typed references, formats, the
 ## layout, GitOps health and the monitoring package (build the kstatus and promtool tools once).
 test-unit:
-	$(CARGO) test --lib --bins --test cli --test formats --test layout --test kstatus --test ruletest --test monitoring
+	$(CARGO) test --lib --bins --test cli --test refs --test formats --test layout --test kstatus --test ruletest --test monitoring
 
 cluster:
 	tests/cluster/up.sh

@@ -102,14 +102,17 @@ fn policy_problems(loaded: &[Arc<CompiledRule>], policy: &Policy) -> Vec<LoadErr
     out
 }
 
-/// The (apiVersion, kind) of children whose schema is neither shipped nor given.
+/// The (apiVersion, kind) of children and existing objects whose schema is neither
+/// shipped nor given (the paths a rule reads inside an existing object are checked too).
 pub(super) fn unknown_child_kinds(loaded: &[Arc<CompiledRule>]) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = loaded
-        .iter()
-        .flat_map(|r| r.children.iter())
-        .filter(|c| crate::schema::typed::builtin(&c.api_version, &c.kind).is_none())
-        .filter(|c| crate::schema::typed::from_crds(&c.api_version, &c.kind).is_none())
-        .map(|c| (c.api_version.clone(), c.kind.clone()))
+    let kinds = loaded.iter().flat_map(|r| {
+        let children = r.children.iter().map(|c| (&c.api_version, &c.kind));
+        children.chain(r.existing.iter().map(|e| (&e.api_version, &e.kind)))
+    });
+    let mut out: Vec<(String, String)> = kinds
+        .filter(|(av, k)| crate::schema::typed::builtin(av, k).is_none())
+        .filter(|(av, k)| crate::schema::typed::from_crds(av, k).is_none())
+        .map(|(av, k)| (av.clone(), k.clone()))
         .collect();
     out.sort();
     out.dedup();

@@ -230,7 +230,7 @@ fn is_ident(t: &str) -> bool {
 }
 
 /// Identifiers, single punctuation characters and string literals (with their quotes).
-fn tokens(code: &str) -> Vec<String> {
+pub(crate) fn tokens(code: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut chars = code.chars().peekable();
     while let Some(c) = chars.next() {

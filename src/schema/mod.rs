@@ -4,7 +4,8 @@
 //! bounds: [`fields`]), the CRD made from it ([`crd`]), whether a new CRD breaks what the
 //! cluster stores ([`evolve`]), objects checked against their kinds' OpenAPI schemas
 //! ([`typed`], with the built-in kinds' schemas shipped in the binary) and what is known
-//! of built-in kinds without a cluster ([`kinds`]), and the CEL validations of a schema
+//! of built-in kinds without a cluster ([`kinds`]), the paths a rule reads inside
+//! objects checked against those schemas ([`path`]), and the CEL validations of a schema
 //! evaluated offline ([`cel`]).
 //!
 //! Uses: nothing of ruleop's but [`crate::suggest`]. Used by: `rules` (a rule's schema,
@@ -16,5 +17,6 @@ pub mod crd;
 pub mod evolve;
 pub mod fields;
 pub mod kinds;
+pub mod path;
 pub mod spec;
 pub mod typed;

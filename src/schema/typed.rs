@@ -49,14 +49,38 @@ pub fn from_crds(api_version: &str, kind: &str) -> Option<Value> {
     })
 }
 
+/// The kind and schema of the CRD given with [`use_crds`] that serves `group`,
+/// `version` and `plural` (a rule's watched resource).
+pub fn crd_serving(group: &str, version: &str, plural: &str) -> Option<(String, Value)> {
+    CRDS.with(|c| {
+        let crds = c.borrow();
+        let crd = crds.iter().find(|d| {
+            d["kind"] == "CustomResourceDefinition"
+                && d["spec"]["group"] == group
+                && d["spec"]["names"]["plural"] == plural
+        })?;
+        let kind = crd["spec"]["names"]["kind"].as_str()?.to_string();
+        let v = crd["spec"]["versions"]
+            .as_array()?
+            .iter()
+            .find(|v| v["name"] == version)?;
+        Some((kind, v["schema"]["openAPIV3Schema"].clone()))
+    })
+}
+
 /// The schema of a built-in kind.
 pub fn builtin(api_version: &str, kind: &str) -> Option<&'static Value> {
     let name = BUILTIN["kinds"][format!("{api_version} {kind}")].as_str()?;
     BUILTIN["schemas"].get(name)
 }
 
+/// The schema of every object's `metadata` (`ObjectMeta`), from the shipped schemas.
+pub fn object_meta() -> &'static Value {
+    &BUILTIN["schemas"]["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"]
+}
+
 /// Follows `$ref` (directly or as the one entry of `allOf`) into the shipped schemas.
-fn resolve(s: &Value) -> &Value {
+pub fn resolve(s: &Value) -> &Value {
     let mut s = s;
     for _ in 0..8 {
         let r = s

@@ -227,6 +227,22 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_reading_a_field_its_childs_kind_does_not_have_is_refused() {
+        let mut typo = rule(json!(2));
+        typo["spec"]["status"] = json!({"fields": [{"name": "ready", "type": "integer",
+            "from": "d", "path": "$.status.readyReplica"}]});
+        let bad = answer(&review(typo), &Served::default(), &Policy::default()).review;
+        assert_eq!(bad["response"]["allowed"], false, "{bad}");
+        let m = bad["response"]["status"]["message"].as_str().unwrap();
+        assert!(m.contains("spec.status.fields[0].path"), "{m}");
+        assert!(
+            m.contains("Deployment has no field `status.readyReplica`")
+                && m.contains("did you mean `readyReplicas`?"),
+            "{m}"
+        );
+    }
+
+    #[test]
     fn a_stored_invalid_rule_can_still_have_its_metadata_edited_but_not_its_spec() {
         let served = Served::default();
         let stored = rule(json!("three"));

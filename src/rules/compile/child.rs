@@ -6,6 +6,7 @@ use super::compiler::{
     is_identifier, is_label_value,
 };
 use super::model::{CompiledChild, CompiledExisting, Each, Find};
+use super::refs::{self, Kinds};
 use super::template::bare;
 use crate::rules::graph::Reads;
 use crate::rules::spec::{ChildSpec, ExistingSpec, RuleSpec};
@@ -255,9 +256,9 @@ fn compile_one_existing<'s>(
 }
 
 /// What a string scalar of a template gives, as far as the load can tell: a literal, text,
-/// or a lone expression whose type is known (the standard variables, and `spec.…` fields
-/// the rule's schema types).
-fn shape_of(text: &str, spec_schema: Option<&Value>) -> Shape {
+/// or a lone expression whose type is known (the standard variables, `spec.…` fields the
+/// rule's schema types, and a reference into another object whose kind's schema types it).
+fn shape_of(text: &str, spec_schema: Option<&Value>, kinds: &Kinds<'_>) -> Shape {
     let src = match classify(text) {
         Scalar::Literal => return Shape::Literal,
         Scalar::Text => return Shape::Text,
@@ -272,7 +273,12 @@ fn shape_of(text: &str, spec_schema: Option<&Value>) -> Shape {
         _ => {}
     }
     let Some(path) = src.strip_prefix("spec.") else {
-        return Shape::Unknown;
+        return match refs::type_of(kinds, src) {
+            Some("object") => Shape::Map,
+            Some("array") => Shape::List,
+            Some(t) => Shape::Scalar(t),
+            None => Shape::Unknown,
+        };
     };
     let mut s = match spec_schema {
         Some(s) => s,
@@ -298,10 +304,11 @@ fn shape_of(text: &str, spec_schema: Option<&Value>) -> Shape {
     }
 }
 
-/// Every child of a built-in kind is checked against its kind's schema.
+/// Every child of a built-in kind (or of a CRD given) is checked against its kind's schema.
 pub(super) fn check_types(c: &mut Compiler<'_>, spec: &RuleSpec, crd: Option<&Value>) {
     let spec_schema =
         crd.map(|c| &c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]);
+    let kinds = Kinds { spec, own: None };
     for (i, ch) in spec.children.iter().enumerate() {
         let t = &ch.template;
         let (Some(av), Some(kind)) = (t["apiVersion"].as_str(), t["kind"].as_str()) else {
@@ -311,7 +318,7 @@ pub(super) fn check_types(c: &mut Compiler<'_>, spec: &RuleSpec, crd: Option<&Va
         let Some(schema) = typed::builtin(av, kind).or(from_crd.as_ref()) else {
             continue;
         };
-        let shape = |s: &str| shape_of(s, spec_schema);
+        let shape = |s: &str| shape_of(s, spec_schema, &kinds);
         let mut check = typed::Check {
             shape: &shape,
             out: Vec::new(),

@@ -4,7 +4,8 @@
 //!
 //! Owns: the compiler's state and the names templates see ([`compiler`]), templates node
 //! by node ([`template`]), each child and existing object ([`child`]), the links between
-//! them ([`link`]), the status fields ([`fields`]) and the compiled rule ([`model`]).
+//! them ([`link`]), the status fields ([`fields`]), the paths read inside children and
+//! existing objects checked against their kinds ([`refs`]) and the compiled rule ([`model`]).
 
 use super::error::LoadError;
 use super::helpers;
@@ -13,6 +14,7 @@ use super::program::{self, Program};
 use super::spec::{RuleSpec, ServiceAccountSpec, WatchSpec};
 use crate::schema::crd::{KindSpec, StatusLine};
 use crate::suggest::edit_distance;
+mod chains;
 mod child;
 mod compiler;
 mod fields;
@@ -20,6 +22,9 @@ mod link;
 #[cfg(test)]
 mod load_tests;
 mod model;
+mod refs;
+#[cfg(test)]
+mod refs_tests;
 mod rollout;
 #[cfg(test)]
 mod schema_tests;
@@ -111,6 +116,16 @@ pub fn compile(
     if let Some(p) = &program {
         check_variables(&mut c, p);
         fields::check_status_reads(&mut c, p, &fields, ready.as_ref());
+        let given = crate::schema::typed::crd_serving(
+            &spec.watch.group,
+            &spec.watch.version,
+            &spec.watch.resource,
+        );
+        let kinds = refs::Kinds {
+            spec,
+            own: own_schema(given.as_ref(), crd.as_ref()),
+        };
+        refs::check_references(&mut c, &kinds, p, &fields);
         if children.len() == spec.children.len() {
             graph = link(&mut c, spec, p, &mut children, &existing);
         }
@@ -217,6 +232,23 @@ fn kind_schema(c: &mut Compiler<'_>, spec: &RuleSpec) -> (Option<Value>, Map<Str
             (None, Map::new())
         }
     }
+}
+
+/// The kind and schema of the rule's own kind: a CRD given for it (`--crd`), or else the
+/// one made from the rule's `schema`.
+fn own_schema<'a>(
+    given: Option<&'a (String, Value)>,
+    made: Option<&'a Value>,
+) -> Option<(String, &'a Value)> {
+    if let Some((kind, schema)) = given {
+        return Some((kind.clone(), schema));
+    }
+    let made = made?;
+    let kind = made["spec"]["names"]["kind"].as_str()?.to_string();
+    Some((
+        kind,
+        &made["spec"]["versions"][0]["schema"]["openAPIV3Schema"],
+    ))
 }
 
 /// Checks `serviceAccount`: a name and a namespace the API server would take.
