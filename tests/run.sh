@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make test`: every test, against the real local control plane.
 #  1. builds (once) and starts the control plane unless this clone's is already up;
-#  2. runs the Rust unit and integration tests (KUBECONFIG points at it);
+#  2. runs the Rust unit and integration tests (KUBECONFIG points at it), in lanes;
 #  3. runs the control-plane self-test (a second cluster beside the first, then down.sh
 #     must leave no process and no port behind);
 #  4. stops the cluster if it started it.
@@ -50,5 +50,7 @@ cargo build --bins --quiet
 if [ -z "${RULEOP_CHURN_STEPS:-}" ]; then
   export RULEOP_CHURN_SEED="${RULEOP_CHURN_SEED:-15438652324353167050}"
 fi
-cargo test --lib --bins --tests -- --test-threads "${RULEOP_TEST_THREADS:-4}"
+# Side by side in lanes (tests/lanes.sh says which run together and why);
+# RULEOP_TEST_LANES=1 runs them one after another.
+tests/lanes.sh
 tests/cluster/selftest.sh

@@ -27,7 +27,7 @@ impl Drop for KeepOnFailure {
     fn drop(&mut self) {
         if std::thread::panicking() {
             let to = concat!(env!("CARGO_MANIFEST_DIR"), "/target/test-logs");
-            let to = format!("{to}/churn-audit-{}.log", self.1);
+            let to = format!("{to}/churn-audit-{}-{}.log", self.1, std::process::id());
             if std::fs::copy(&self.0, &to).is_ok() {
                 println!("churn: the API server's audit log is kept in {to}");
             }

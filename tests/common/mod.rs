@@ -155,7 +155,7 @@ pub fn install_crds(files: &[&str]) {
 }
 
 /// A `ruleop run` process for one namespace, killed when dropped. Its log goes to
-/// target/test-logs/<namespace>.log.
+/// target/test-logs/<namespace>-<pid>-<n>.log.
 pub struct Operator {
     child: std::process::Child,
     pub log: std::path::PathBuf,
@@ -176,8 +176,11 @@ impl Operator {
         let dir = std::path::Path::new(root).join("target/test-logs");
         std::fs::create_dir_all(&dir).unwrap();
         static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        // The process id keeps two test binaries that run side by side (tests/run.sh's
+        // lanes) with the same namespace name off each other's logs.
         let log = dir.join(format!(
-            "{namespace}-{}.log",
+            "{namespace}-{}-{}.log",
+            std::process::id(),
             SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
         ));
         let file = std::fs::File::create(&log).unwrap();
