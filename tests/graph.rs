@@ -161,6 +161,13 @@ async fn a_microservice_is_built_in_order_and_follows_its_spec_and_its_secret() 
         Some(generation + 1),
         "one rollout"
     );
+    // The Deployment controller makes the new ReplicaSet when it gets to it (a busy
+    // machine may take a while); once it has, no third one comes.
+    eventually(Duration::from_secs(60), "the new ReplicaSet", || async {
+        (replica_sets(&ns) >= 2).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(replica_sets(&ns), 2, "one new ReplicaSet");
 
     // A peer and a port go: exactly that NetworkPolicy and that Service port.
