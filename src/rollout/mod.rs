@@ -9,7 +9,8 @@
 //!
 //! Which revision renders a resource ([`choose`]): the one a resource pins
 //! (`ruleop.dev/revision`), else the new one once reached (and for a resource created
-//! during the rollout), else the previous one.
+//! during the rollout), else the one an unfinished rollout this one replaced had moved it
+//! to, else the previous one.
 
 use crate::rules::compile::{Rollout, Step};
 use crate::rules::spec::OnFailure;
@@ -17,6 +18,9 @@ use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+/// How many replaced rollouts' revisions a rollout remembers ([`Progress::superseded`]).
+const MAX_SUPERSEDED: usize = 8;
 
 /// A resource's annotation pinning it to a revision (`"3"`).
 pub const PIN: &str = "ruleop.dev/revision";
@@ -71,6 +75,11 @@ pub struct Progress {
     /// move them.
     #[serde(default)]
     pub pinned: usize,
+    /// The new revisions of rollouts this one replaced before they finished: a resource
+    /// one of them had reached stays on it until this rollout reaches it (it does not go
+    /// back to `from` in between, which would delete and make its children twice).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub superseded: Vec<i64>,
 }
 
 impl Progress {
@@ -176,6 +185,8 @@ pub fn choose(p: Option<&Progress>, newest: i64, r: &Resource) -> i64 {
             // A resource made during the rollout starts on the new revision.
             if reached || after(r.created.as_deref(), &p.started) {
                 newest
+            } else if let Some(kept) = r.revision.filter(|n| p.superseded.contains(n)) {
+                kept
             } else {
                 p.from
             }
@@ -199,11 +210,25 @@ pub fn start(
         return Some(p.clone());
     }
     // From the revision the resources are on: a rolled-back or unfinished rollout's
-    // previous one, else the one before.
+    // previous one, else the one before. The resources an unfinished one reached stay on
+    // its revision until reached again.
     let from = match &saved {
         Some(p) if p.phase != Phase::Complete => Some(p.from),
         _ => previous,
     }?;
+    let superseded = match &saved {
+        Some(p) if matches!(p.phase, Phase::Progressing | Phase::Paused) => p
+            .superseded
+            .iter()
+            .copied()
+            .chain([p.revision])
+            .filter(|n| *n != from && *n != newest)
+            .collect::<Vec<_>>(),
+        _ => Vec::new(),
+    };
+    // (Edits in a row mid-rollout: the last few are enough to keep resources where they
+    // are; one older than those goes back to `from`.)
+    let superseded = superseded[superseded.len().saturating_sub(MAX_SUPERSEDED)..].to_vec();
     (from != newest).then(|| Progress {
         revision: newest,
         from,
@@ -219,6 +244,7 @@ pub fn start(
         message: format!("rolling out revision {newest} from revision {from}"),
         failed: Vec::new(),
         pinned: 0,
+        superseded,
     })
 }
 

@@ -176,6 +176,52 @@ fn a_restart_goes_on_where_the_status_says_and_a_new_revision_starts_from_the_st
 }
 
 #[test]
+fn a_rollout_replaced_half_way_leaves_what_it_reached_where_it_is_until_reached_again() {
+    let r = rollout(OnFailure::Pause);
+    let mut fleet = fleet(20);
+    // Revision 2 reaches its first steps.
+    let mut p = start(None, 2, Some(1), Some(&r), t(T0)).unwrap();
+    for _ in 0..3 {
+        p = evaluate(&p, &r, &fleet, t(T0));
+        converge(&p, &mut fleet);
+    }
+    let on_2: Vec<usize> = (0..fleet.len())
+        .filter(|&i| fleet[i].revision == Some(2))
+        .collect();
+    assert!(!on_2.is_empty() && on_2.len() < fleet.len(), "{on_2:?}");
+    // Revision 3 replaces it: from 1, and what 2 reached stays on 2, not back on 1.
+    let q = start(Some(p.clone()), 3, Some(2), Some(&r), t(T0)).unwrap();
+    assert_eq!((q.from, q.superseded.clone()), (1, vec![2]));
+    for (i, res) in fleet.iter().enumerate() {
+        let want = if on_2.contains(&i) { 2 } else { 1 };
+        assert_eq!(choose(Some(&q), 3, res), want, "{}", res.key);
+    }
+    // Its first step reaches the same ranks first: they go from 2 to 3.
+    let q = evaluate(&q, &r, &fleet, t(T0));
+    let reached: Vec<usize> = (0..fleet.len())
+        .filter(|&i| choose(Some(&q), 3, &fleet[i]) == 3)
+        .collect();
+    assert!(
+        reached.iter().all(|i| on_2.contains(i)),
+        "{reached:?} {on_2:?}"
+    );
+    // A third revision remembers both; an abort puts every resource on `from`.
+    let z = start(Some(q.clone()), 4, Some(3), Some(&r), t(T0)).unwrap();
+    assert_eq!((z.from, z.superseded.clone()), (1, vec![2, 3]));
+    let aborted = act(&z, "abort", t(T0)).unwrap();
+    assert!(fleet.iter().all(|res| choose(Some(&aborted), 4, res) == 1));
+    // A rolled-back rollout left every resource on `from`: nothing is remembered.
+    let mut back = q;
+    back.phase = Phase::RolledBack;
+    assert!(
+        start(Some(back), 4, Some(3), Some(&r), t(T0))
+            .unwrap()
+            .superseded
+            .is_empty()
+    );
+}
+
+#[test]
 fn a_pin_wins_and_a_resource_made_during_the_rollout_starts_new() {
     let r = rollout(OnFailure::Pause);
     let fleet = fleet(10);

@@ -59,7 +59,7 @@ fn compile(
 }
 
 /// The newest revision first, then the others a Rule keeps: the rollout's previous one
-/// always; another only when its kinds are among those two's (a revision of other kinds
+/// and those of the rollouts it replaced always; another only when its kinds are among those two's (a revision of other kinds
 /// would make the rule wait for them to be served).
 pub(super) fn revisions(
     rule: &Arc<CompiledRule>,
@@ -74,21 +74,29 @@ pub(super) fn revisions(
     let Some(h) = history else {
         return out;
     };
-    let from = progress.map(|p| p.from);
-    if let Some(f) = from.filter(|f| *f != h.current)
-        && let Some(r) = h
+    // The rollout's previous revision, and those of the rollouts it replaced (the
+    // resources they reached stay on them): always, their kinds are served already.
+    let rolling: Vec<i64> = progress
+        .map(|p| std::iter::once(p.from).chain(p.superseded.iter().copied()))
+        .into_iter()
+        .flatten()
+        .filter(|n| *n != h.current)
+        .collect();
+    for &f in &rolling {
+        if let Some(r) = h
             .kept
             .get(&f)
             .and_then(|rev| compile(rule, f, &rev.spec, policy))
-    {
-        out.push(Loaded {
-            number: Some(f),
-            rule: r,
-        });
+        {
+            out.push(Loaded {
+                number: Some(f),
+                rule: r,
+            });
+        }
     }
     let allowed: BTreeSet<(String, String)> = out.iter().flat_map(|l| kinds(&l.rule)).collect();
     for (n, rev) in &h.kept {
-        if *n == h.current || Some(*n) == from {
+        if *n == h.current || rolling.contains(n) {
             continue;
         }
         match compile(rule, *n, &rev.spec, policy) {

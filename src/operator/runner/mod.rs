@@ -545,6 +545,7 @@ async fn run(
             newest: h.current,
             pins: rule.pins == crate::rules::spec::Pins::Allowed,
             progress: std::sync::RwLock::new(progress.clone()),
+            loaded: contexts.iter().filter_map(|c| c.revision).collect(),
         })
     });
     let _driver = match (&choose, &rule.rollout, &progress) {

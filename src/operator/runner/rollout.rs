@@ -25,6 +25,9 @@ pub(super) struct RolloutChoose {
     /// Whether a resource's pin is honoured (the Rule's `pins`).
     pub pins: bool,
     pub progress: RwLock<Option<Progress>>,
+    /// The revisions loaded besides the newest: a resource stays on the one it is on
+    /// while a rollout that replaced another has not reached it, if it is loaded.
+    pub loaded: std::collections::BTreeSet<i64>,
 }
 
 impl Choose for RolloutChoose {
@@ -47,7 +50,9 @@ impl Choose for RolloutChoose {
             key: String::new(),
             rank: rollout::rank(meta.uid.as_deref().unwrap_or_default()),
             created: meta.creation_timestamp.as_ref().map(|t| t.0.to_string()),
-            revision: None,
+            revision: cr.data["status"]["ruleRevision"]
+                .as_i64()
+                .filter(|n| self.loaded.contains(n)),
             pinned,
             ready: false,
             failed: None,
