@@ -12,7 +12,7 @@ fn test_runs_the_shipped_rules_tests_and_a_broken_rule_fails_with_a_diff() {
     let (code, stdout, stderr) = ruleop(&["test", "rules/", "tests/fixtures/"]);
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(
-        stdout.contains("test result: ok. 4 passed; 0 failed"),
+        stdout.contains("test result: ok. 6 passed; 0 failed"),
         "{stdout}"
     );
     // The figure, printed (not asserted): the whole suite runs with no cluster.
@@ -247,4 +247,166 @@ fn test_files_refuse_what_would_check_nothing() {
     let (code, out, err) = run_pair(malformed);
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("`metadata` a mapping"), "{out}");
+}
+
+/// The StaticSite fixture, copied to a folder with its rule changed by `edit` and its
+/// tests by `edit_tests`; what `ruleop test` says of it.
+fn staticsite(
+    edit: impl Fn(String) -> String,
+    edit_tests: impl Fn(String) -> String,
+) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let from = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/staticsite");
+    let rule = std::fs::read_to_string(format!("{from}/rules.yaml")).unwrap();
+    let tests = std::fs::read_to_string(format!("{from}/staticsite_test.yaml")).unwrap();
+    std::fs::write(dir.path().join("rules.yaml"), edit(rule)).unwrap();
+    std::fs::write(dir.path().join("staticsite_test.yaml"), edit_tests(tests)).unwrap();
+    ruleop(&["test", dir.path().to_str().unwrap()])
+}
+
+#[test]
+fn children_the_api_server_would_refuse_fail_their_step_with_the_template_line() {
+    // `tls` as a list of host names (it is a list of objects): the step that turns TLS on
+    // fails, naming the Ingress template's line.
+    let hosts_only = |r: String| {
+        r.replace(
+            "tls: \"{{ [{'hosts': [host], 'secretName': host ~ '-tls'}] if spec.tls else none }}\"",
+            "tls: \"{{ [host] if spec.tls else none }}\"",
+        )
+    };
+    let (code, out, _) = staticsite(hosts_only, |t| t);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("step 5 (TLS, from a Secret named after the host): child `ingress[0]` (Ingress docs-0, made by the template at "),
+        "{out}"
+    );
+    assert!(out.contains("rules.yaml:79): the API server would refuse it: spec.tls[0]: \"docs.example.com\" is a string"), "{out}");
+    assert!(!out.contains("step 4 ("), "the steps before pass: {out}");
+
+    // One Ingress whose rules come from the hosts: with none, `rules: []`, which the API
+    // server refuses though the schema takes it.
+    let one_ingress = |r: String| {
+        let start = r.find("  - id: ingress").unwrap();
+        format!(
+            "{}{}",
+            &r[..start],
+            r#"  - id: ingress
+    template:
+      apiVersion: networking.k8s.io/v1
+      kind: Ingress
+      metadata:
+        name: "{{ name }}"
+      spec:
+        rules:
+          - forEach: spec.hosts
+            as: host
+            item:
+              host: "{{ host }}"
+"#
+        )
+    };
+    let no_hosts_test = |t: String| {
+        t.replace(
+            "{kind: Ingress, name: intranet-0, absent: true}",
+            "{kind: Service, name: intranet}",
+        )
+    };
+    let (code, out, _) = staticsite(one_ingress, no_hosts_test);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("child `ingress` (Ingress intranet, made by the template at "),
+        "{out}"
+    );
+    assert!(
+        out.contains("spec: an Ingress needs `rules` or a `defaultBackend`"),
+        "{out}"
+    );
+}
+
+#[test]
+fn absent_changed_unchanged_and_refused_fail_when_they_do_not_hold() {
+    let wrong = |t: String| {
+        t.replace(
+            "unchanged: [spec.selector, spec.replicas]",
+            "unchanged: [spec.selector, spec.replicas, 'spec.template.metadata.annotations[\"checksum/files\"]']",
+        )
+        .replace("absent: [spec.tls]", "absent: [spec.rules]")
+        .replace("changed: [spec.replicas]\n", "changed: [spec.replicas, spec.selector]\n")
+        .replace("refused: \"spec.replicas\"", "refused: \"spec.image\"")
+    };
+    let (code, out, _) = staticsite(|r| r, wrong);
+    assert_eq!(code, 1, "{out}");
+    for line in [
+        "step 1 (no TLS unless asked): child Ingress docs-0: spec.rules: expected absent, got [",
+        "step 2 (new files, new checksum): child Deployment docs: spec.template.metadata.annotations[\"checksum/files\"]: expected unchanged since the step before, was \"",
+        "step 3 (more replicas, the same checksum): child Deployment docs: spec.selector: expected changed since the step before, still {\"matchLabels\":{\"app\":\"docs\"}}",
+        "step 4 (replicas the kind refuses; the resource stays as it was): the resource is refused, but not with \"spec.image\": the resource: spec.replicas: 0 is outside `minimum=1`",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+    // A change the schema takes, expected refused; a path that cannot be read.
+    let accepted = |t: String| {
+        t.replace(
+            "resource: {spec: {replicas: 0}}",
+            "resource: {spec: {replicas: 2}}",
+        )
+        .replace(
+            "has: {spec: {replicas: 3}}, unchanged: [spec]",
+            "unchanged: ['spec..replicas']",
+        )
+    };
+    let (code, out, _) = staticsite(|r| r, accepted);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("the resource was expected to be refused with \"spec.replicas\", and its kind's schema takes it"), "{out}");
+    assert!(
+        out.contains("unchanged: path \"spec..replicas\": a key is empty"),
+        "{out}"
+    );
+}
+
+#[test]
+fn one_root_cause_is_reported_in_full_once() {
+    let undefined = |r: String| {
+        r.replace(
+            "image: \"{{ spec.image }}\"",
+            "image: \"{{ spec.imagee }}\"",
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let from = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/staticsite");
+    let rule = std::fs::read_to_string(format!("{from}/rules.yaml")).unwrap();
+    // The typo is refused at load (a typed reference): the render of a rule that loads but
+    // fails on every step stands in for it.
+    std::fs::write(dir.path().join("rules.yaml"), undefined(rule.clone())).unwrap();
+    let (_, out, err) = ruleop(&[
+        "check",
+        "--rules",
+        dir.path().join("rules.yaml").to_str().unwrap(),
+    ]);
+    assert!(format!("{out}{err}").contains("imagee"), "{out}{err}");
+    let failing = rule.replace(
+        "replicas: \"{{ spec.replicas }}\"",
+        "replicas: \"{{ spec.replicas / (spec.replicas - spec.replicas) }}\"",
+    );
+    let ready = |t: String| {
+        t.replace(
+            "- name: no TLS unless asked\n        expect:\n",
+            "- name: no TLS unless asked\n        expect:\n          conditions: {Synced: \"True\"}\n",
+        )
+    };
+    assert!(ready(rule.clone()) == rule, "the edit is of the tests");
+    let (code, out, _) = staticsite(|_| failing.clone(), ready);
+    assert_eq!(code, 1, "{out}");
+    let first = out
+        .matches("step 1 (no TLS unless asked): the render failed: ")
+        .count();
+    assert_eq!(first, 1, "{out}");
+    assert!(
+        out.contains("step 2 (new files, new checksum): as in step 1: the render failed: "),
+        "{out}"
+    );
+    assert!(
+        !out.contains("condition Ready"),
+        "what follows from the failed render is not reported: {out}"
+    );
 }

@@ -114,17 +114,25 @@ pub(super) fn resource_ok(rule: &CompiledRule, cr: &Value, crds: &[Value]) -> bo
     typed && cel.violations.is_empty()
 }
 
-/// Checks rendered objects against their kinds' schemas; prints what is wrong.
+/// Checks rendered objects against their kinds' schemas and what the API server refuses of
+/// built-in kinds beyond them; prints what is wrong.
 pub(super) fn strict_ok(children: &[Rendered]) -> bool {
     let mut ok = true;
     for c in children {
+        let what = format!("child `{}` ({} {})", c.instance(), c.kind, c.name);
+        for r in crate::schema::server::refusals(&c.object) {
+            eprintln!(
+                "error: {what}: {}: {}\n  fix: the API server refuses this even though the kind's schema allows it",
+                r.field, r.problem
+            );
+            ok = false;
+        }
         let from_crd = crate::schema::typed::from_crds(&c.api_version, &c.kind);
         let Some(schema) =
             crate::schema::typed::builtin(&c.api_version, &c.kind).or(from_crd.as_ref())
         else {
             continue;
         };
-        let what = format!("child `{}` ({} {})", c.instance(), c.kind, c.name);
         ok &= report_findings(&what, crate::schema::typed::check_object(&c.object, schema));
     }
     ok

@@ -1,8 +1,9 @@
 //! What a step expected against what it gave: each difference as a line naming the path,
 //! and, for an object, a unified diff of the fields expected against those it has.
 
+use super::paths;
 use super::simulate::Outcome;
-use super::spec::{ConditionExpect, Expect};
+use super::spec::{ChildExpect, ConditionExpect, Expect};
 use serde_json::Value;
 
 /// One way a step did not give what it expected.
@@ -20,8 +21,16 @@ fn fail(message: String) -> Failure {
     }
 }
 
-/// Every difference between `expect` and `out` (`live`: what the cluster holds).
-pub fn check(expect: &Expect, out: &Outcome, live: &[Value]) -> Vec<Failure> {
+/// Every difference between `expect` and `out` (`live`: what the cluster holds; `before`:
+/// what the step before gave, for `changed` and `unchanged`). A render that fails when it
+/// was not expected to is the one failure reported: what else the step expects follows
+/// from it.
+pub fn check(
+    expect: &Expect,
+    out: &Outcome,
+    live: &[Value],
+    before: Option<&Outcome>,
+) -> Vec<Failure> {
     let mut failures = Vec::new();
     match (&out.plan, &expect.error) {
         (Err(e), Some(want)) if e.to_string().contains(want.as_str()) => {}
@@ -31,10 +40,16 @@ pub fn check(expect: &Expect, out: &Outcome, live: &[Value]) -> Vec<Failure> {
         (Ok(_), Some(want)) => failures.push(fail(format!(
             "the render was expected to fail with {want:?}, and did not"
         ))),
-        (Err(e), None) => failures.push(fail(format!("the render failed: {e}"))),
+        (Err(e), None) => {
+            failures.push(fail(format!("the render failed: {e}")));
+            return failures;
+        }
         (Ok(plan), None) => {
             let children: Vec<&Value> = plan.children.iter().map(|c| &c.object).collect();
-            children_match(expect, &children, &mut failures);
+            let earlier: Option<Vec<&Value>> = before
+                .and_then(|b| b.plan.as_ref().ok())
+                .map(|p| p.children.iter().map(|c| &c.object).collect());
+            children_match(expect, &children, earlier.as_deref(), &mut failures);
             absent_but_kept(expect, out, live, &mut failures);
             waiting_match(expect, plan, &mut failures);
         }
@@ -86,12 +101,21 @@ pub fn check(expect: &Expect, out: &Outcome, live: &[Value]) -> Vec<Failure> {
     failures
 }
 
-fn children_match(expect: &Expect, children: &[&Value], failures: &mut Vec<Failure>) {
+fn children_match(
+    expect: &Expect,
+    children: &[&Value],
+    earlier: Option<&[&Value]>,
+    failures: &mut Vec<Failure>,
+) {
     for want in &expect.children {
         let object = want.object();
         let found = children.iter().find(|c| object.is(c));
         let what = format!("child {} {}", want.kind, want.name);
-        match (found, want.absent) {
+        if let Some(have) = found {
+            let before = earlier.and_then(|e| e.iter().find(|c| object.is(c)).copied());
+            fields_match(want, have, before, &what, failures);
+        }
+        match (found, want.absent.object()) {
             (Some(_), true) => failures.push(fail(format!("{what}: rendered, expected absent"))),
             (None, true) => {}
             (None, false) => {
@@ -135,7 +159,7 @@ fn children_match(expect: &Expect, children: &[&Value], failures: &mut Vec<Failu
 /// a kind whose child waits: a waiting child's object is neither applied nor deleted, so
 /// it stays.
 fn absent_but_kept(expect: &Expect, out: &Outcome, live: &[Value], failures: &mut Vec<Failure>) {
-    for want in expect.children.iter().filter(|w| w.absent) {
+    for want in expect.children.iter().filter(|w| w.absent.object()) {
         let object = want.object();
         let Some(there) = live.iter().find(|o| object.is(o)) else {
             continue;
@@ -150,6 +174,62 @@ fn absent_but_kept(expect: &Expect, out: &Outcome, live: &[Value], failures: &mu
                 want.kind, want.name
             )));
         }
+    }
+}
+
+/// `absent` paths, `changed` and `unchanged` of one rendered child (`before`: the same
+/// object as the step before rendered it).
+fn fields_match(
+    want: &ChildExpect,
+    have: &Value,
+    before: Option<&Value>,
+    what: &str,
+    failures: &mut Vec<Failure>,
+) {
+    let mut lines = Vec::new();
+    for p in want.absent.paths() {
+        match paths::parse(p) {
+            Err(e) => lines.push(format!("absent: {e}")),
+            Ok(segs) => {
+                if let Some(v) = paths::get(have, &segs) {
+                    lines.push(format!("{p}: expected absent, got {}", short(v)));
+                }
+            }
+        }
+    }
+    let compared = want.changed.iter().map(|p| (p, true));
+    for (p, changed) in compared.chain(want.unchanged.iter().map(|p| (p, false))) {
+        let word = if changed { "changed" } else { "unchanged" };
+        let segs = match paths::parse(p) {
+            Ok(s) => s,
+            Err(e) => {
+                lines.push(format!("{word}: {e}"));
+                continue;
+            }
+        };
+        let Some(before) = before else {
+            lines.push(format!(
+                "{word}: {p}: the step before did not render this object (`{word}` compares with it)"
+            ));
+            continue;
+        };
+        let (then, now) = (paths::get(before, &segs), paths::get(have, &segs));
+        match (changed, then == now) {
+            (true, true) => lines.push(format!(
+                "{p}: expected changed since the step before, still {}",
+                now.map_or("absent".to_string(), short)
+            )),
+            (false, false) => lines.push(format!(
+                "{p}: expected unchanged since the step before, was {}, now {}",
+                then.map_or("absent".to_string(), short),
+                now.map_or("absent".to_string(), short)
+            )),
+            _ => {}
+        }
+    }
+    if !lines.is_empty() {
+        let lines: Vec<String> = lines.into_iter().map(|l| format!("{what}: {l}")).collect();
+        failures.push(fail(lines.join("\n")));
     }
 }
 

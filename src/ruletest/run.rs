@@ -208,6 +208,7 @@ fn run_test(
         Err(e) => return setup(e),
     };
     let mut last: Option<Outcome> = None;
+    let mut seen = std::collections::HashMap::new();
     let mut failures = Vec::new();
     let mut steps = Vec::new();
     for (i, step) in t.steps.iter().enumerate() {
@@ -217,6 +218,7 @@ fn run_test(
             .unwrap_or_else(|| format!("step {}", i + 1));
         let mut step_failures = Vec::new();
         let last_plan = last.as_ref().and_then(|o| o.plan.as_ref().ok());
+        let kept = cluster.resource.clone();
         if let Err(e) = cluster.change(step, last_plan) {
             step_failures.push(failure(e));
         }
@@ -225,10 +227,36 @@ fn run_test(
         let mut cr = cluster.resource.clone();
         if let Some(schema) = rules::crd::schema_of(rule, &[]) {
             rules::crd::apply_defaults(&mut cr, schema);
-            step_failures.extend(resource_problems(&cr, schema).into_iter().map(failure));
+            let problems = resource_problems(&cr, schema);
+            match &step.expect.refused {
+                None => step_failures.extend(problems.into_iter().map(failure)),
+                Some(want) => {
+                    step_failures.extend(refusal(want, &problems));
+                    // The API server keeps what it had.
+                    cluster.resource = kept;
+                    cr = cluster.resource.clone();
+                    rules::crd::apply_defaults(&mut cr, schema);
+                }
+            }
+        } else if step.expect.refused.is_some() {
+            step_failures.push(failure(
+                "`refused`: the rule has no `schema`, so nothing is refused (a kind's schema is what the API server checks a resource against)".into(),
+            ));
         }
         let out = simulate(rule, &cr, &cluster.live);
-        step_failures.extend(expect::check(&step.expect, &out, &cluster.live));
+        step_failures.extend(expect::check(
+            &step.expect,
+            &out,
+            &cluster.live,
+            last.as_ref(),
+        ));
+        if let Ok(plan) = &out.plan {
+            step_failures.extend(
+                children_problems(rule, &plan.children)
+                    .into_iter()
+                    .map(failure),
+            );
+        }
         if let (Some(judge), Ok(plan)) = (judge, &out.plan) {
             step_failures.extend(
                 judge
@@ -240,12 +268,105 @@ fn run_test(
         let got = out.snapshot();
         step_failures.extend(against_snapshot(snapshot, i, &got));
         steps.push(json!({"step": name, "gave": got}));
+        let step_failures = fold(step_failures, &mut seen, i + 1);
         if !step_failures.is_empty() {
             failures.push((i + 1, name, step_failures));
         }
         last = Some(out);
     }
     (failures, steps)
+}
+
+/// A failure already reported in an earlier step of the test (the same message and diff:
+/// one root cause, such as an undefined variable, fails every step) is said again in one
+/// line.
+fn fold(
+    step_failures: Vec<Failure>,
+    seen: &mut std::collections::HashMap<(String, Option<String>), usize>,
+    step: usize,
+) -> Vec<Failure> {
+    step_failures
+        .into_iter()
+        .map(|f| match seen.get(&(f.message.clone(), f.diff.clone())) {
+            Some(first) => {
+                let head = f.message.lines().next().unwrap_or_default();
+                let mut cut: String = head.chars().take(80).collect();
+                if cut.len() < head.len() || f.message.contains('\n') {
+                    cut.push_str("...");
+                }
+                failure(format!("as in step {first}: {cut}"))
+            }
+            None => {
+                seen.insert((f.message.clone(), f.diff.clone()), step);
+                f
+            }
+        })
+        .collect()
+}
+
+/// `refused`: the resource's problems must hold one with `want` in it.
+fn refusal(want: &str, problems: &[String]) -> Option<Failure> {
+    if problems.is_empty() {
+        return Some(failure(format!(
+            "the resource was expected to be refused{}, and its kind's schema takes it",
+            if want.is_empty() {
+                String::new()
+            } else {
+                format!(" with {want:?}")
+            }
+        )));
+    }
+    (!problems.iter().any(|p| p.contains(want))).then(|| {
+        failure(format!(
+            "the resource is refused, but not with {want:?}: {}",
+            problems.join("; ")
+        ))
+    })
+}
+
+/// What the API server would refuse of the rendered children: each against its kind's
+/// schema (a built-in kind's, or a CRD's given with `--crd`) and the checks it makes of
+/// built-in kinds beyond their schemas, each naming the child's template.
+pub fn children_problems(rule: &CompiledRule, children: &[crate::render::Rendered]) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in children {
+        let from_crd = crate::schema::typed::from_crds(&c.api_version, &c.kind);
+        let schema = crate::schema::typed::builtin(&c.api_version, &c.kind).or(from_crd.as_ref());
+        let typed = schema
+            .map(|s| crate::schema::typed::check_object(&c.object, s))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|f| (f.field, format!("{} (fix: {})", f.problem, f.fix)));
+        let server = crate::schema::server::refusals(&c.object)
+            .into_iter()
+            .map(|r| (r.field, r.problem));
+        let template = rule.children.iter().enumerate().find(|(_, t)| t.id == c.id);
+        for (field, problem) in typed.chain(server) {
+            // The line of the field in the template (or of the nearest field above it).
+            let at = template
+                .map(|(i, t)| {
+                    let path = crate::apply::dryrun::template_path(
+                        &format!("children[{i}].template"),
+                        &field.replace('"', ""),
+                    );
+                    let line = rules::lines::line_in_file(&t.at.file, t.at.line, &path);
+                    format!(", made by the template at {}:{line}", t.at.file.display())
+                })
+                .unwrap_or_default();
+            let field = if field.is_empty() {
+                "object".to_string()
+            } else {
+                field
+            };
+            out.push(format!(
+                "child `{}` ({} {}{at}): the API server would refuse it: {field}: {problem}",
+                c.instance(),
+                c.kind,
+                c.name
+            ));
+        }
+    }
+    out
 }
 
 /// What the API server would refuse of the resource: its kind's schema (types, enums,

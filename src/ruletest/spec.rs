@@ -104,6 +104,11 @@ pub struct Expect {
     /// The render fails, with this in its message.
     #[serde(default)]
     pub error: Option<String>,
+    /// The step's change to the resource is refused by its kind's schema or CEL rules, as
+    /// the API server would refuse it, with this in a message (`""`: any refusal). The
+    /// resource stays as it was, and the step's other expectations are about it.
+    #[serde(default)]
+    pub refused: Option<String>,
 }
 
 /// A child the step must render, or not.
@@ -117,9 +122,46 @@ pub struct ChildExpect {
     /// Fields the rendered object must hold, with these values (a subset).
     #[serde(default)]
     pub has: Option<Value>,
-    /// The object must not be rendered.
+    /// `true`: the object must not be rendered; a list of paths
+    /// (`spec.tls`, `metadata.annotations["checksum/config"]`): fields it must not have.
     #[serde(default)]
-    pub absent: bool,
+    pub absent: Absent,
+    /// Paths whose values differ from those the step before rendered for this object.
+    #[serde(default)]
+    pub changed: Vec<String>,
+    /// Paths whose values are those the step before rendered for this object (or absent
+    /// in both).
+    #[serde(default)]
+    pub unchanged: Vec<String>,
+}
+
+/// What `absent` says: the whole object, or some of its fields.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum Absent {
+    Object(bool),
+    Paths(Vec<String>),
+}
+
+impl Default for Absent {
+    fn default() -> Self {
+        Absent::Object(false)
+    }
+}
+
+impl Absent {
+    /// Whether the object must not be rendered.
+    pub fn object(&self) -> bool {
+        matches!(self, Absent::Object(true))
+    }
+
+    /// The fields the object must not have.
+    pub fn paths(&self) -> &[String] {
+        match self {
+            Absent::Paths(p) => p,
+            Absent::Object(_) => &[],
+        }
+    }
 }
 
 /// A child that must wait.

@@ -5,12 +5,13 @@
 //! cluster stores ([`evolve`]), objects checked against their kinds' OpenAPI schemas
 //! ([`typed`], with the built-in kinds' schemas shipped in the binary) and what is known
 //! of built-in kinds without a cluster ([`kinds`]), the paths a rule reads inside
-//! objects checked against those schemas ([`path`]), and the CEL validations of a schema
-//! evaluated offline ([`cel`]).
+//! objects checked against those schemas ([`path`]), the CEL validations of a schema
+//! evaluated offline ([`cel`]), and what the API server refuses of built-in kinds beyond
+//! their schemas ([`server`]).
 //!
 //! Uses: nothing of ruleop's but [`crate::suggest`]. Used by: `rules` (a rule's schema,
-//! defaults and typed checks when it loads), `render --strict`, `ruleop crd` and the
-//! CRD install.
+//! defaults and typed checks when it loads), `render --strict`, `ruleop test`, `ruleop
+//! crd` and the CRD install.
 
 pub mod cel;
 pub mod crd;
@@ -18,5 +19,6 @@ pub mod evolve;
 pub mod fields;
 pub mod kinds;
 pub mod path;
+pub mod server;
 pub mod spec;
 pub mod typed;
