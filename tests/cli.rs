@@ -357,7 +357,7 @@ fn check_with_a_crd_checks_children_of_its_kind() {
 }
 
 #[test]
-fn render_strict_checks_the_resources_values_too() {
+fn render_checks_the_resource_and_strict_its_children_values_too() {
     let dir = tempfile::tempdir().unwrap();
     let cr = dir.path().join("cr.yaml");
     // An image that is a number, and a port that is text: the rule is right, the values are not.
@@ -366,13 +366,20 @@ fn render_strict_checks_the_resources_values_too() {
         "apiVersion: myscheme.example.com/v1\nkind: MyApp\nmetadata: {name: a, namespace: n}\nspec: {image: 5, replicas: 2}\n",
     )
     .unwrap();
-    let (code, _, _) = ruleop(&[
+    // Even without --strict, the resource is checked against its kind's schema (the
+    // rule's): the API server would refuse it, so nothing is printed.
+    let (code, stdout, stderr) = ruleop(&[
         "render",
         "--rules",
         "rules/myapp.yaml",
         cr.to_str().unwrap(),
     ]);
-    assert_eq!(code, 0, "without --strict the objects are printed");
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains("resource `a` (MyApp): spec.image"),
+        "{stderr}"
+    );
     let (code, stdout, stderr) = ruleop(&[
         "render",
         "--strict",

@@ -53,7 +53,9 @@ pub(super) fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
-        if args.strict && !(resource_ok(rule, cr, &crds) & strict_ok(&plan.children)) {
+        // The resource as the API server would take it, always (a render of a resource it
+        // refuses shows what no cluster makes); the children with --strict.
+        if !(resource_ok(rule, cr, &crds) & (!args.strict || strict_ok(&plan.children))) {
             failed = true;
             continue;
         }

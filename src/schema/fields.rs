@@ -7,7 +7,8 @@
 //! with those fields.
 //! Markers: `required=true`, `default=<YAML value>`, `enum=a,b,c`, `minimum=`,
 //! `maximum=`, `minLength=`, `maxLength=`, `minItems=`, `maxItems=`, `pattern=`,
-//! `format=`, `description=`, `nullable=true`; a value with spaces is quoted (`"..."`).
+//! `format=`, `description=`, `nullable=true`; a value with spaces is quoted (`"..."` or
+//! `'...'`), inside which a backslash escapes only the quote and itself.
 
 use serde_json::{Map, Value, json};
 
@@ -51,13 +52,17 @@ fn markers(text: &str) -> Result<Vec<(String, String)>, String> {
             let mut value = String::new();
             let mut chars = quoted.char_indices();
             let mut end = None;
+            // Inside quotes a backslash escapes only the quote and itself (`\"`, `\\`);
+            // any other backslash is kept, so a pattern's `\d` and `\.` stay as written.
             while let Some((i, c)) = chars.next() {
                 match c {
-                    '\\' => {
-                        if let Some((_, n)) = chars.next() {
+                    '\\' => match quoted[i + 1..].chars().next() {
+                        Some(n) if n == q || n == '\\' => {
+                            chars.next();
                             value.push(n);
                         }
-                    }
+                        _ => value.push('\\'),
+                    },
                     c if c == q => {
                         end = Some(i);
                         break;
@@ -138,14 +143,10 @@ fn admits(schema: &Value, v: &Value) -> bool {
 /// One field written as `type | markers`; gives its OpenAPI and whether it is required.
 pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
     let (ty, marks) = text.split_once('|').unwrap_or((text, ""));
-    let bad = |p: String| {
-        problem(
-            path,
-            p,
-            "write e.g. `integer | default=2 minimum=1` (see the README's schema reference)",
-        )
-    };
-    let mut schema = type_schema(ty).map_err(bad)?;
+    let bad = |p: String, fix: &str| problem(path, p, fix);
+    let mut schema = type_schema(ty).map_err(|p| {
+        bad(p, "a type is string, integer, number, boolean, object, array, int-or-string, quantity, []<type> or map[string]<type>, then `|` and the markers: `replicas: integer | default=2`")
+    })?;
     // On a list or a map, the markers about values apply to its items (`[]string |
     // pattern=...` checks each string; on the list itself it would check nothing).
     let item = match ty.trim() {
@@ -154,15 +155,20 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
         _ => None,
     };
     let mut required = false;
-    for (key, value) in markers(marks).map_err(bad)? {
+    let marks = markers(marks).map_err(|p| {
+        bad(p, "markers are `name=value`, apart by spaces; a value with spaces in quotes, inside which `\\\"` is a quote and `\\\\` a backslash: `description=\"The \\\"main\\\" image\"`")
+    })?;
+    for (key, value) in marks {
         let number = || -> Result<Value, SchemaProblem> {
             if let Ok(i) = value.parse::<i64>() {
                 return Ok(json!(i));
             }
-            value
-                .parse::<f64>()
-                .map(|f| json!(f))
-                .map_err(|_| bad(format!("`{key}={value}` is not a number")))
+            value.parse::<f64>().map(|f| json!(f)).map_err(|_| {
+                bad(
+                    format!("`{key}={value}` is not a number"),
+                    &format!("write a number: `{key}=1`"),
+                )
+            })
         };
         match key.as_str() {
             "required" => required = value == "true",
@@ -178,7 +184,10 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
                         true => "an integer or a string (quote it: `default=\"0.5\"`)".to_string(),
                         false => format!("of type {}", schema["type"]),
                     };
-                    return Err(bad(format!("default {v} is not {want}")));
+                    return Err(bad(
+                        format!("default {v} is not {want}"),
+                        &default_fix(&schema),
+                    ));
                 }
                 schema["default"] = v;
             }
@@ -205,9 +214,10 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
             "pattern" => {
                 // The API server compiles it as an RE2 expression, close to this crate's.
                 if let Err(e) = regex::Regex::new(&value) {
-                    return Err(bad(format!(
-                        "`pattern={value}` is not a regular expression: {e}"
-                    )));
+                    return Err(bad(
+                        format!("`pattern={value}` is not a regular expression: {e}"),
+                        "write the pattern as the API server reads it (RE2); a backslash is written once (`pattern=^\\d+$`): if the field line is in YAML double quotes, YAML takes one first (write `\\\\d`, or use single quotes or no quotes for the line)",
+                    ));
                 }
                 values_of(&mut schema, item)["pattern"] = Value::String(value);
             }
@@ -229,7 +239,8 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
                 Some(last) if last.get("message").is_none() => last["message"] = json!(value),
                 _ => {
                     return Err(bad(
-                        "`message=` belongs to the `rule=` just before it".into()
+                        "`message=` belongs to the `rule=` just before it".into(),
+                        "write `rule=` first, then its one `message=`: `rule=\"self > 0\" message=\"must be positive\"`",
                     ));
                 }
             },
@@ -252,6 +263,21 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
         ));
     }
     Ok((schema, required))
+}
+
+/// The fix for a default not of its field's type: a default of that type.
+fn default_fix(schema: &Value) -> String {
+    let example = match schema["type"].as_str() {
+        Some("boolean") => {
+            "`default=true` or `default=false` (YAML's yes/no/on/off are not booleans here)"
+        }
+        Some("integer") => "a whole number: `default=2`",
+        Some("number") => "a number: `default=0.5`",
+        Some("array") => "a list in YAML flow style: `default=[]` or `default=[a,b]`",
+        Some("object") => "a mapping in YAML flow style: `default={}`",
+        _ => "an integer or a quoted string: `default=80` or `default=\"50%\"`",
+    };
+    format!("write {example}")
 }
 
 /// Where the markers about values go: the schema itself, or its items (`item`: `items` of

@@ -140,3 +140,34 @@ fn a_marker_value_may_be_in_single_quotes() {
     assert_eq!(s["description"], "The Redis image");
     assert_eq!(s["pattern"], "^[a-z]+$");
 }
+
+#[test]
+fn a_backslash_in_quotes_escapes_only_the_quote_and_itself() {
+    let (s, _) = field(r#"string | pattern="^[a-z]+\.example\.com$""#, "spec.host").unwrap();
+    assert_eq!(s["pattern"], json!(r"^[a-z]+\.example\.com$"));
+    let (s, _) = field(r"string | pattern='^\d+$'", "spec.n").unwrap();
+    assert_eq!(s["pattern"], json!(r"^\d+$"));
+    let (s, _) = field(r#"string | description="a \"b\" c\\d""#, "spec.d").unwrap();
+    assert_eq!(s["description"], json!(r#"a "b" c\d"#));
+    let (s, _) = field(r"string | pattern=^\w+$", "spec.w").unwrap();
+    assert_eq!(s["pattern"], json!(r"^\w+$"));
+}
+
+#[test]
+fn each_fix_is_about_its_own_mistake() {
+    let fix = |line: &str| field(line, "spec.x").unwrap_err().fix;
+    assert!(fix("boolean | default=no").contains("`default=true` or `default=false`"));
+    assert!(fix("integer | default=two").contains("`default=2`"));
+    assert!(fix("[]string | default=a").contains("`default=[]`"));
+    assert!(fix(r"string | pattern=^(\d+$").contains("backslash is written once"));
+    assert!(fix("integer | minimum=one").contains("`minimum=1`"));
+    assert!(fix("strin | default=a").contains("a type is string, integer"));
+    assert!(fix(r#"string | description="open"#).contains("`\\\"` is a quote"));
+    assert!(fix("string | message=x").contains("write `rule=` first"));
+    for line in ["boolean | default=no", "integer | minimum=one", "strin"] {
+        assert!(
+            !fix(line).contains("default=2 minimum=1"),
+            "{line}: a generic example"
+        );
+    }
+}
