@@ -95,6 +95,49 @@ pub fn builtin(kind: &str, live: &Value) -> Result<(), String> {
     }
 }
 
+/// What a ready child's readiness rested on, for the Ready condition's message: its
+/// `readyWhen`, or what its kind's built-in check saw (`rolled out: its latest generation
+/// seen, 3/3 updated and ready`).
+pub fn basis(child: &CompiledChild, live: &Value) -> String {
+    if let Some(e) = &child.ready_when {
+        return format!("readyWhen `{}`", e.source);
+    }
+    // (Not the generation's number: a message that moves with every spec change would
+    // be one more status write each time.)
+    let seen = || {
+        int(live, "/status/observedGeneration")
+            .map(|_| "its latest generation seen, ".to_string())
+            .unwrap_or_default()
+    };
+    let n = |p: &str| int(live, p).unwrap_or(0);
+    match child.kind.as_str() {
+        "Deployment" => format!(
+            "rolled out: {}{}/{} updated and ready",
+            seen(),
+            n("/status/readyReplicas"),
+            int(live, "/spec/replicas").unwrap_or(1)
+        ),
+        "StatefulSet" => format!(
+            "{}{}/{} ready",
+            seen(),
+            n("/status/readyReplicas"),
+            int(live, "/spec/replicas").unwrap_or(1)
+        ),
+        "DaemonSet" => format!(
+            "{}{}/{} pods ready",
+            seen(),
+            n("/status/numberReady"),
+            n("/status/desiredNumberScheduled")
+        ),
+        "Job" => "complete".into(),
+        "Service" if live.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer") => {
+            "has a load balancer address".into()
+        }
+        "PersistentVolumeClaim" => "Bound".into(),
+        _ => "exists".into(),
+    }
+}
+
 /// Whether `child` is ready, given its live object: its `readyWhen` (the author's own
 /// definition, for a kind whose built-in check does not fit: a PVC of a
 /// WaitForFirstConsumer class, a LoadBalancer with no provider), else its kind's built-in

@@ -197,12 +197,32 @@ pub fn compute(
         }
     }
 
-    let waiting = plan
+    let (waiting, bases) = plan
         .map(|p| blocking(rule, scope, p, instances))
         .unwrap_or_default();
     let vars = context(&all);
     report.ready = ready(rule, &vars, waiting, &mut report);
+    report.checked = checked(&bases, rule.ready.as_ref().map(|e| e.source.as_ref()));
     report
+}
+
+/// Most ready children the Ready message names one by one.
+const NAMED: usize = 6;
+
+/// What Ready was decided on: each child's own check, and the rule's `ready` expression.
+fn checked(bases: &[String], expression: Option<&str>) -> String {
+    let mut named: Vec<&str> = bases.iter().take(NAMED).map(String::as_str).collect();
+    let more = bases.len().saturating_sub(NAMED);
+    let more = (more > 0).then(|| format!("{more} more"));
+    named.extend(more.as_deref());
+    let children = match named.is_empty() {
+        true => "no children to check".to_string(),
+        false => format!("each child ready by its own check ({})", named.join("; ")),
+    };
+    match expression {
+        Some(e) => format!("{children}, and `{e}` holds"),
+        None => children,
+    }
 }
 
 /// Ready: every child's own readiness holds (each object the render made exists and is
@@ -218,10 +238,8 @@ fn ready(
     let children_ready = waiting.is_empty();
     report.notes.splice(0..0, waiting);
     let Some(e) = &rule.ready else {
-        report.checked = "all children are ready".into();
         return children_ready;
     };
-    report.checked = format!("all children are ready and `{}` holds", e.source);
     match rule.program.eval(e, vars) {
         Ok(v) if v.is_true() => children_ready,
         Ok(_) => {
@@ -238,44 +256,49 @@ fn ready(
 }
 
 /// Every object the render made that is missing or not ready, and every child that
-/// waits, with why.
+/// waits, with why; and for each ready one, what its readiness rested on.
 fn blocking(
     rule: &CompiledRule,
     scope: &Scope,
     plan: &Plan,
     instances: &HashMap<String, Value>,
-) -> Vec<String> {
-    let mut out: Vec<String> = plan
-        .children
-        .iter()
-        .filter_map(|r| {
-            let c = rule.children.iter().find(|c| c.id == r.id)?;
-            match instances.get(&r.instance()) {
-                None => Some(format!(
-                    "child `{}` ({} {}) does not exist yet",
-                    r.instance(),
-                    r.kind,
-                    r.name
-                )),
-                Some(live) => readiness::child_ready(rule, c, scope, live, r.item.as_ref())
-                    .err()
-                    .map(|why| {
-                        format!(
-                            "child `{}` ({} {}): {why}",
-                            r.instance(),
-                            c.kind,
-                            name_of(live)
-                        )
-                    }),
-            }
-        })
-        .collect();
+) -> (Vec<String>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut bases = Vec::new();
+    for r in &plan.children {
+        let Some(c) = rule.children.iter().find(|c| c.id == r.id) else {
+            continue;
+        };
+        let Some(live) = instances.get(&r.instance()) else {
+            out.push(format!(
+                "child `{}` ({} {}) does not exist yet",
+                r.instance(),
+                r.kind,
+                r.name
+            ));
+            continue;
+        };
+        match readiness::child_ready(rule, c, scope, live, r.item.as_ref()) {
+            Ok(()) => bases.push(format!(
+                "{} {} {}",
+                c.kind,
+                name_of(live),
+                readiness::basis(c, live)
+            )),
+            Err(why) => out.push(format!(
+                "child `{}` ({} {}): {why}",
+                r.instance(),
+                c.kind,
+                name_of(live)
+            )),
+        }
+    }
     out.extend(
         plan.waiting
             .iter()
             .map(|w| format!("child `{}` {}", w.id, w.reason)),
     );
-    out
+    (out, bases)
 }
 
 fn name_of(live: &Value) -> &str {
