@@ -659,3 +659,53 @@ fn results_as_documents_exit_codes_and_completions() {
         );
     }
 }
+
+#[test]
+fn diff_to_a_new_default_leaves_the_stored_resources_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/website.yaml"))
+            .unwrap();
+    let new = dir.path().join("website.yaml");
+    let old_default = "port: integer | default=80 ";
+    assert!(shipped.contains(old_default));
+    std::fs::write(
+        &new,
+        shipped.replace(old_default, "port: integer | default=8080 "),
+    )
+    .unwrap();
+    let cr = dir.path().join("cr.yaml");
+    std::fs::write(
+        &cr,
+        "apiVersion: sre.example.com/v1alpha1\nkind: WebSite\nmetadata: {name: a, namespace: n}\nspec: {image: nginx}\n",
+    )
+    .unwrap();
+    let diff = |to: &std::path::Path| {
+        ruleop(&[
+            "diff",
+            "--rules",
+            "rules/website.yaml",
+            "--to",
+            to.to_str().unwrap(),
+            cr.to_str().unwrap(),
+        ])
+    };
+    // The API server stored port 80 when the resource was written: the new default does
+    // not reach it, so no pod restarts.
+    let (code, out, err) = diff(&new);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("0 touched"), "{out}");
+    assert!(out.contains("pods that would restart): 0"), "{out}");
+    // A change the stored resource does see still counts.
+    std::fs::write(
+        &new,
+        shipped.replace(
+            "- name: web\n",
+            "- name: web\n                imagePullPolicy: Always\n",
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = diff(&new);
+    assert_eq!(code, 1, "something would change: {out}{err}");
+    assert!(out.contains("pods that would restart): 1"), "{out}");
+}

@@ -99,6 +99,10 @@ pub(super) struct DiffArgs {
     /// -o yaml` prints them.
     #[arg(long)]
     pub(super) observed: Option<PathBuf>,
+    /// Offline: the kind's CRD as the cluster has it (files or folders), for a rule with no
+    /// `schema`: its defaults are what the stored resources hold.
+    #[arg(long)]
+    pub(super) crd: Vec<PathBuf>,
     /// Against the cluster: this namespace only (default: all).
     #[arg(long)]
     pub(super) namespace: Option<String>,

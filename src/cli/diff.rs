@@ -148,18 +148,23 @@ fn offline(args: &DiffArgs) -> anyhow::Result<Tally> {
         Some(p) => read_objects(p)?,
         None => Vec::new(),
     };
+    let crds = super::input::read_crds(&args.crd)?;
     let mut summary = Tally::new(args);
     for path in &args.resources {
         for cr in read_objects(path)? {
             let (r_old, r_new) = (pick_rule(&old, None, &cr)?, pick_rule(&new, None, &cr)?);
-            let defaulted = |r: &CompiledRule| {
+            let defaulted = |r: &CompiledRule, cr: &Value, crds: &[Value]| {
                 let mut c = cr.clone();
-                if let Some(s) = rules::crd::schema_of(r, &[]) {
+                if let Some(s) = rules::crd::schema_of(r, crds) {
                     rules::crd::apply_defaults(&mut c, s);
                 }
                 c
             };
-            let before = simulate(r_old, &defaulted(r_old), &observed);
+            // The resource as the cluster stores it: the API server applied the kind's
+            // defaults when it was written, so a default the new rule changes does not
+            // reach it; a field it still lacks takes the new one.
+            let stored = defaulted(r_old, &cr, &crds);
+            let before = simulate(r_old, &stored, &observed);
             // What the old rule made: its render over the objects given.
             let mut live: Vec<Value> = observed.clone();
             if let Ok(p) = &before.plan {
@@ -175,7 +180,9 @@ fn offline(args: &DiffArgs) -> anyhow::Result<Tally> {
                 .filter(|o| o["metadata"]["labels"][RULE_LABEL] == r_old.name.as_str())
                 .cloned()
                 .collect();
-            let after = simulate(r_new, &defaulted(r_new), &observed);
+            // The new rule's own schema is the CRD it installs; without one, the cluster's.
+            let new_crds: &[Value] = if r_new.crd.is_some() { &[] } else { &crds };
+            let after = simulate(r_new, &defaulted(r_new, &stored, new_crds), &observed);
             let d = match &after.plan {
                 Ok(plan) => compare(plan, &children, Before::Render),
                 Err(e) => ResourceDiff {
