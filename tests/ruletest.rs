@@ -410,3 +410,85 @@ fn one_root_cause_is_reported_in_full_once() {
         "what follows from the failed render is not reported: {out}"
     );
 }
+
+#[test]
+fn a_child_of_a_crds_kind_is_checked_against_its_schema_and_cel_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("maker.yaml"),
+        r#"name: maker
+watch: {group: t.ruleop.dev, version: v1, resource: makers}
+children:
+  - id: widget
+    template:
+      apiVersion: w.ruleop.dev/v1
+      kind: Widget
+      metadata: {name: "{{ name }}"}
+      spec:
+        size: "{{ spec.size }}"
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("maker_test.yaml"),
+        r#"tests:
+  - name: sizes
+    resource: {apiVersion: t.ruleop.dev/v1, kind: Maker, metadata: {name: m}, spec: {size: 3}}
+    steps:
+      - name: small
+      - name: too big
+        resource: {spec: {size: 20}}
+"#,
+    )
+    .unwrap();
+    // (Beside the rules it would be read as one.)
+    let elsewhere = tempfile::tempdir().unwrap();
+    let crd = elsewhere.path().join("widget-crd.yaml");
+    std::fs::write(
+        &crd,
+        r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.w.ruleop.dev}
+spec:
+  group: w.ruleop.dev
+  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties:
+                size: {type: integer}
+              x-kubernetes-validations:
+                - rule: self.size <= 10
+                  message: a widget holds at most 10
+"#,
+    )
+    .unwrap();
+    let tests = dir.path().join("maker_test.yaml");
+    // Without the CRD, nothing is known of a Widget.
+    let (code, out, _) = ruleop(&["test", tests.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out, _) = ruleop(&[
+        "test",
+        tests.to_str().unwrap(),
+        "--crd",
+        crd.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("step 2 (too big): child `widget` (Widget m, made by the template at "),
+        "{out}"
+    );
+    assert!(
+        out.contains("a widget holds at most 10 (rule: self.size <= 10)"),
+        "{out}"
+    );
+    assert!(!out.contains("step 1 ("), "{out}");
+}

@@ -143,6 +143,10 @@ pub(super) struct TestArgs {
     /// dry-run applies: what the API server or its admission webhooks refuse fails the step.
     #[arg(long)]
     pub(super) server: bool,
+    /// CRDs (files or folders) of the children's kinds: each child of their kinds is checked
+    /// against its schema and CEL rules, as the built-in kinds' children are.
+    #[arg(long)]
+    pub(super) crd: Vec<PathBuf>,
     /// `text`, or the results as a `json` or `yaml` document.
     #[arg(short, long, value_enum, default_value = "text")]
     pub(super) output: super::output::Output,

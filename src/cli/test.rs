@@ -20,6 +20,8 @@ pub(super) fn test_cmd(args: TestArgs) -> anyhow::Result<ExitCode> {
         eprintln!("error: no test files (`*_test.yaml`) in {paths:?}");
         return Ok(ExitCode::FAILURE);
     }
+    // Children of the CRDs' kinds are checked against their schemas and CEL rules.
+    crate::schema::typed::use_crds(&super::input::read_crds(&args.crd)?);
     // With --server, the API server judges each step's children too (dry-run applies).
     let server = match args.server {
         true => Some(super::server::Server::connect()?),

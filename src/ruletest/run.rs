@@ -340,8 +340,15 @@ pub fn children_problems(rule: &CompiledRule, children: &[crate::render::Rendere
         let server = crate::schema::server::refusals(&c.object)
             .into_iter()
             .map(|r| (r.field, r.problem));
+        // A CRD's CEL rules, where they can be evaluated offline.
+        let cel = from_crd
+            .as_ref()
+            .map(|s| crate::schema::cel::validate(s, &c.object, "").violations)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| (v.path, format!("{} (rule: {})", v.message, v.rule)));
         let template = rule.children.iter().enumerate().find(|(_, t)| t.id == c.id);
-        for (field, problem) in typed.chain(server) {
+        for (field, problem) in typed.chain(server).chain(cel) {
             // The line of the field in the template (or of the nearest field above it).
             let at = template
                 .map(|(i, t)| {
