@@ -248,9 +248,11 @@ impl Walk<'_> {
             ("minimum", true),
             ("minLength", true),
             ("minItems", true),
+            ("minProperties", true),
             ("maximum", false),
             ("maxLength", false),
             ("maxItems", false),
+            ("maxProperties", false),
         ] {
             let narrowed = match (num(old, k), num(new, k)) {
                 (None, Some(_)) => true,
@@ -315,13 +317,13 @@ mod tests {
     fn breaking_changes_are_named_with_their_reason() {
         let old = crd(
             spec(
-                json!({"a": {"type": "integer"}, "s": {"type": "string", "enum": ["x", "y"]}, "gone": {"type": "string"}}),
+                json!({"a": {"type": "integer"}, "s": {"type": "string", "enum": ["x", "y"]}, "gone": {"type": "string"}, "m": {"type": "object", "maxProperties": 8}}),
             ),
             &["v1", "v2"],
         );
         let mut new = crd(
             spec(
-                json!({"a": {"type": "string"}, "s": {"type": "string", "enum": ["x"]}, "r": {"type": "string"}}),
+                json!({"a": {"type": "string"}, "s": {"type": "string", "enum": ["x"]}, "r": {"type": "string"}, "m": {"type": "object", "maxProperties": 4}}),
             ),
             &["v1"],
         );
@@ -337,6 +339,10 @@ mod tests {
         );
         assert!(
             found.contains(&"v1 spec.s: `enum` narrowed to [\"x\"]".to_string()),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(&"v1 spec.m: `maxProperties` narrowed to 4".to_string()),
             "{found:?}"
         );
         assert!(

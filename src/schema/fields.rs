@@ -6,7 +6,8 @@
 //! `array` (of anything), `[]<type>`, `map[string]<type>`; a nested mapping is an object
 //! with those fields.
 //! Markers: `required=true`, `default=<YAML value>`, `enum=a,b,c`, `minimum=`,
-//! `maximum=`, `minLength=`, `maxLength=`, `minItems=`, `maxItems=`, `pattern=`,
+//! `maximum=`, `minLength=`, `maxLength=`, `minItems=`, `maxItems=`, `minProperties=`,
+//! `maxProperties=`, `pattern=`,
 //! `format=`, `description=`, `nullable=true`; a value with spaces is quoted (`"..."` or
 //! `'...'`), inside which a backslash escapes only the quote and itself.
 
@@ -211,6 +212,9 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
                 values_of(&mut schema, item)[key.as_str()] = number()?;
             }
             "minItems" | "maxItems" => schema[key.as_str()] = number()?,
+            // On a map (or an object of any fields): how many keys it may hold; a bound a
+            // CEL rule over the map needs for its estimated cost.
+            "minProperties" | "maxProperties" => schema[key.as_str()] = number()?,
             "pattern" => {
                 // The API server compiles it as an RE2 expression, close to this crate's.
                 if let Err(e) = regex::Regex::new(&value) {
@@ -248,7 +252,7 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
                 return Err(problem(
                     path,
                     format!("unknown marker `{other}`"),
-                    "use one of: required, default, enum, minimum, maximum, minLength, maxLength, minItems, maxItems, pattern, format, description, nullable, rule, message",
+                    "use one of: required, default, enum, minimum, maximum, minLength, maxLength, minItems, maxItems, minProperties, maxProperties, pattern, format, description, nullable, rule, message",
                 ));
             }
         }
@@ -314,6 +318,12 @@ pub(crate) fn out_of_bounds(schema: &Value, v: &Value) -> Option<String> {
         ("maxLength", len.filter(|_| v.is_string()), false),
         ("minItems", len.filter(|_| v.is_array()), true),
         ("maxItems", len.filter(|_| v.is_array()), false),
+        ("minProperties", v.as_object().map(|m| m.len() as f64), true),
+        (
+            "maxProperties",
+            v.as_object().map(|m| m.len() as f64),
+            false,
+        ),
     ];
     let bound = checks.into_iter().find_map(|(k, have, low)| {
         let (have, bound) = (have?, n(k)?);

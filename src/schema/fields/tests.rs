@@ -171,3 +171,25 @@ fn each_fix_is_about_its_own_mistake() {
         );
     }
 }
+
+#[test]
+fn a_map_takes_a_bound_on_its_keys() {
+    let (s, _) = field(
+        "map[string]string | maxProperties=64 minProperties=1",
+        "spec.files",
+    )
+    .unwrap();
+    assert_eq!(s["maxProperties"], json!(64));
+    assert_eq!(s["minProperties"], json!(1));
+    assert!(s["additionalProperties"].get("maxProperties").is_none());
+    assert_eq!(
+        out_of_bounds(&s, &json!({})),
+        Some("is outside `minProperties=1`".into())
+    );
+    let e = field(
+        "map[string]string | maxProperties=2 default=\"{a: x, b: y, c: z}\"",
+        "spec.m",
+    )
+    .unwrap_err();
+    assert!(e.problem.contains("maxProperties=2"), "{e:?}");
+}
