@@ -257,8 +257,21 @@ async fn a_sample_is_judged_by_the_api_server_with_each_refusal_at_its_template_
             sample_text.lines().map(|l| format!("      {l}\n")).collect::<String>()),
     )
     .unwrap();
+    // Offline, these two are among the API server's own checks that ruleop knows: the
+    // same lines.
     let (code, out, _) = ruleop(&["test", test.to_str().unwrap()]);
-    assert_eq!(code, 0, "offline, the test passes: {out}");
+    assert_eq!(code, 1, "{out}");
+    for (line, child, want) in [
+        (14, "page", "no '/'"),
+        (20, "ingress", "either `defaultBackend` or `rules`"),
+    ] {
+        assert!(
+            out.lines().any(|l| l.contains(&format!("child `{child}`"))
+                && l.contains(&format!("site.yaml:{line})"))
+                && l.contains(want)),
+            "line {line}, {child}: {want}\n---\n{out}"
+        );
+    }
     let (code, out, _) = ruleop(&["test", "--server", test.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("a valid config key must consist of"), "{out}");
