@@ -295,8 +295,8 @@ async fn a_newline_and_a_kind_in_the_image_stay_inside_the_image_string() {
         get_json("service", &ns, "inj-web").is_some(),
         "the other child is still made"
     );
-    // Other suites may add ClusterRoles at the same time (tests/run.sh runs them side by
-    // side); none new may be ruleop's.
+    // A ClusterRole may appear from elsewhere in the meantime (an earlier suite's, a
+    // controller's); none new may be ruleop's.
     let roles: Value = serde_json::from_str(&kubectl_ok(
         &["get", "clusterroles", "-o", "json", "--show-managed-fields"],
         None,

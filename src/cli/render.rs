@@ -135,7 +135,19 @@ pub(super) fn strict_ok(children: &[Rendered]) -> bool {
         else {
             continue;
         };
-        ok &= report_findings(&what, crate::schema::typed::check_object(&c.object, schema));
+        // A CRD's defaults, then its schema and CEL rules, as the API server takes them.
+        let mut object = c.object.clone();
+        if from_crd.is_some() {
+            rules::crd::apply_defaults(&mut object, schema);
+            for v in crate::schema::cel::validate(schema, &object, "").violations {
+                eprintln!(
+                    "error: {what}: {}: {} (rule: {})\n  fix: make the object meet its kind's validation",
+                    v.path, v.message, v.rule
+                );
+                ok = false;
+            }
+        }
+        ok &= report_findings(&what, crate::schema::typed::check_object(&object, schema));
     }
     ok
 }

@@ -97,7 +97,7 @@ pub fn builtin(kind: &str, live: &Value) -> Result<(), String> {
 
 /// What a ready child's readiness rested on, for the Ready condition's message: its
 /// `readyWhen`, or what its kind's built-in check saw (`rolled out: its latest generation
-/// seen, 3/3 updated and ready`).
+/// seen, 3 updated and ready`).
 pub fn basis(child: &CompiledChild, live: &Value) -> String {
     if let Some(e) = &child.ready_when {
         return format!("readyWhen `{}`", e.source);
@@ -109,26 +109,13 @@ pub fn basis(child: &CompiledChild, live: &Value) -> String {
             .map(|_| "its latest generation seen, ".to_string())
             .unwrap_or_default()
     };
-    let n = |p: &str| int(live, p).unwrap_or(0);
+    // (The wanted count only, not the counts seen: those move while a ready child scales
+    // down or a DaemonSet's nodes change.)
+    let want = int(live, "/spec/replicas").unwrap_or(1);
     match child.kind.as_str() {
-        "Deployment" => format!(
-            "rolled out: {}{}/{} updated and ready",
-            seen(),
-            n("/status/readyReplicas"),
-            int(live, "/spec/replicas").unwrap_or(1)
-        ),
-        "StatefulSet" => format!(
-            "{}{}/{} ready",
-            seen(),
-            n("/status/readyReplicas"),
-            int(live, "/spec/replicas").unwrap_or(1)
-        ),
-        "DaemonSet" => format!(
-            "{}{}/{} pods ready",
-            seen(),
-            n("/status/numberReady"),
-            n("/status/desiredNumberScheduled")
-        ),
+        "Deployment" => format!("rolled out: {}{want} updated and ready", seen()),
+        "StatefulSet" => format!("{}{want} ready", seen()),
+        "DaemonSet" => format!("{}every pod ready", seen()),
         "Job" => "complete".into(),
         "Service" if live.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer") => {
             "has a load balancer address".into()

@@ -78,7 +78,9 @@ pub struct Progress {
     /// The new revisions of rollouts this one replaced before they finished: a resource
     /// one of them had reached stays on it until this rollout reaches it (it does not go
     /// back to `from` in between, which would delete and make its children twice).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// (Always written, empty too: the Rule's status is merge-patched, and a list left
+    /// out would stay as it was.)
+    #[serde(default)]
     pub superseded: Vec<i64>,
 }
 
@@ -216,8 +218,10 @@ pub fn start(
         Some(p) if p.phase != Phase::Complete => Some(p.from),
         _ => previous,
     }?;
+    // Only from a rollout that was going well: a paused one's revision failed somewhere,
+    // and its resources are better off where the new rollout puts them.
     let superseded = match &saved {
-        Some(p) if matches!(p.phase, Phase::Progressing | Phase::Paused) => p
+        Some(p) if p.phase == Phase::Progressing && p.failed.is_empty() => p
             .superseded
             .iter()
             .copied()
@@ -289,6 +293,7 @@ pub fn evaluate(
     }
     let Some(&step) = rollout.steps.get(p.step) else {
         next.phase = Phase::Complete;
+        next.superseded.clear();
         return next;
     };
     next.steps = rollout.steps.len();
@@ -340,6 +345,7 @@ fn advance(
 ) -> Progress {
     if next.step + 1 >= rollout.steps.len() {
         next.phase = Phase::Complete;
+        next.superseded.clear();
         next.message = format!("revision {} reached every resource", next.revision);
         return next;
     }
@@ -366,6 +372,9 @@ fn fail(mut next: Progress, rollout: &Rollout, failed: Vec<String>, why: &str) -
         OnFailure::Pause => Phase::Paused,
         OnFailure::Rollback => Phase::RolledBack,
     };
+    if next.phase == Phase::RolledBack {
+        next.superseded.clear();
+    }
     next.message = match next.phase {
         Phase::Paused => format!(
             "step {} paused: resources {why}; `kubectl annotate rule <name> {ACTION}=resume` tries the step again, `{ACTION}=abort` rolls back",
@@ -393,6 +402,7 @@ pub fn act(p: &Progress, action: &str, now: Timestamp) -> Option<Progress> {
         }
         ("abort", Phase::Progressing | Phase::Paused) => {
             next.phase = Phase::RolledBack;
+            next.superseded.clear();
             next.message = format!("aborted: every resource is on revision {}", p.from);
         }
         _ => return None,

@@ -202,7 +202,7 @@ fn a_rollout_replaced_half_way_leaves_what_it_reached_where_it_is_until_reached_
         .filter(|&i| choose(Some(&q), 3, &fleet[i]) == 3)
         .collect();
     assert!(
-        reached.iter().all(|i| on_2.contains(i)),
+        !reached.is_empty() && reached.iter().all(|i| on_2.contains(i)),
         "{reached:?} {on_2:?}"
     );
     // A third revision remembers both; an abort puts every resource on `from`.
@@ -210,8 +210,10 @@ fn a_rollout_replaced_half_way_leaves_what_it_reached_where_it_is_until_reached_
     assert_eq!((z.from, z.superseded.clone()), (1, vec![2, 3]));
     let aborted = act(&z, "abort", t(T0)).unwrap();
     assert!(fleet.iter().all(|res| choose(Some(&aborted), 4, res) == 1));
-    // A rolled-back rollout left every resource on `from`: nothing is remembered.
-    let mut back = q;
+    assert!(aborted.superseded.is_empty(), "an abort forgets them");
+    // A rolled-back rollout left every resource on `from`, and a paused one's revision
+    // failed somewhere: neither is remembered.
+    let mut back = q.clone();
     back.phase = Phase::RolledBack;
     assert!(
         start(Some(back), 4, Some(3), Some(&r), t(T0))
@@ -219,6 +221,31 @@ fn a_rollout_replaced_half_way_leaves_what_it_reached_where_it_is_until_reached_
             .superseded
             .is_empty()
     );
+    let mut paused = q.clone();
+    paused.phase = Phase::Paused;
+    assert!(
+        start(Some(paused), 4, Some(3), Some(&r), t(T0))
+            .unwrap()
+            .superseded
+            .is_empty()
+    );
+    // Written always, so that a merge patch of the status empties it; empty once complete.
+    assert_eq!(
+        serde_json::to_value(&aborted).unwrap()["superseded"],
+        serde_json::json!([])
+    );
+    let mut done = z;
+    done.step = r.steps.len() - 1;
+    done.threshold = Some(u64::MAX);
+    let all_new: Vec<Resource> = fleet
+        .iter()
+        .map(|x| Resource {
+            revision: Some(4),
+            ..x.clone()
+        })
+        .collect();
+    let done = evaluate(&done, &r, &all_new, t(T0));
+    assert_eq!((done.phase, done.superseded.len()), (Phase::Complete, 0));
 }
 
 #[test]

@@ -232,10 +232,12 @@ fn run_test(
                 None => step_failures.extend(problems.into_iter().map(failure)),
                 Some(want) => {
                     step_failures.extend(refusal(want, &problems));
-                    // The API server keeps what it had.
-                    cluster.resource = kept;
-                    cr = cluster.resource.clone();
-                    rules::crd::apply_defaults(&mut cr, schema);
+                    // Refused, the API server keeps what it had (taken, the change stays).
+                    if !problems.is_empty() {
+                        cluster.resource = kept;
+                        cr = cluster.resource.clone();
+                        rules::crd::apply_defaults(&mut cr, schema);
+                    }
                 }
             }
         } else if step.expect.refused.is_some() {
@@ -332,8 +334,13 @@ pub fn children_problems(rule: &CompiledRule, children: &[crate::render::Rendere
     for c in children {
         let from_crd = crate::schema::typed::from_crds(&c.api_version, &c.kind);
         let schema = crate::schema::typed::builtin(&c.api_version, &c.kind).or(from_crd.as_ref());
+        // A CRD's defaults first, as the API server fills them in before it validates.
+        let mut object = c.object.clone();
+        if let Some(s) = &from_crd {
+            rules::crd::apply_defaults(&mut object, s);
+        }
         let typed = schema
-            .map(|s| crate::schema::typed::check_object(&c.object, s))
+            .map(|s| crate::schema::typed::check_object(&object, s))
             .unwrap_or_default()
             .into_iter()
             .map(|f| (f.field, format!("{} (fix: {})", f.problem, f.fix)));
@@ -343,7 +350,7 @@ pub fn children_problems(rule: &CompiledRule, children: &[crate::render::Rendere
         // A CRD's CEL rules, where they can be evaluated offline.
         let cel = from_crd
             .as_ref()
-            .map(|s| crate::schema::cel::validate(s, &c.object, "").violations)
+            .map(|s| crate::schema::cel::validate(s, &object, "").violations)
             .unwrap_or_default()
             .into_iter()
             .map(|v| (v.path, format!("{} (rule: {})", v.message, v.rule)));

@@ -96,9 +96,17 @@ pub fn refusals(obj: &Value) -> Vec<Refusal> {
 
 fn metadata(kind: &str, meta: &Value, refuse: &mut impl FnMut(&str, String)) {
     if let Some(name) = meta["name"].as_str() {
-        // Services and Namespaces are DNS labels (a Service's name is a DNS name of its own).
+        // A Service's name is a DNS-1035 label (it is a DNS name of its own: it starts with
+        // a letter), a Namespace's a DNS-1123 label; RBAC objects take path segments
+        // (`team:view`), checked by the schema alone.
         let why = match kind {
-            "Service" | "Namespace" => dns_label(name),
+            "Service" => dns_label(name).or_else(|| {
+                (!name.starts_with(|c: char| c.is_ascii_lowercase())).then(|| {
+                    format!("{name:?} is not a DNS-1035 label (a Service's name starts with a lower-case letter)")
+                })
+            }),
+            "Namespace" => dns_label(name),
+            "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" => None,
             _ => dns_subdomain(name),
         };
         if let Some(why) = why {
@@ -331,6 +339,10 @@ mod tests {
                 "binaryData[\"ok.key\"]"
             ]
         );
+        let rbac = json!({"kind": "ClusterRole", "metadata": {"name": "team:view"}});
+        assert!(refusals(&rbac).is_empty());
+        let digit = json!({"kind": "Service", "metadata": {"name": "1web"}});
+        assert_eq!(fields(digit), ["metadata.name"]);
         let svc = json!({"kind": "Service", "metadata": {"name": "a.b"}, "spec": {"ports": [{"port": 80}, {"name": "x", "port": 0}]}});
         assert_eq!(
             fields(svc),

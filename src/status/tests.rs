@@ -234,7 +234,7 @@ fn the_ready_expression_adds_to_the_childrens_readiness_and_never_waives_it() {
     assert!(rep.ready, "{rep:?}");
     assert_eq!(
         rep.checked,
-        "each child ready by its own check (Deployment ? rolled out: its latest generation seen, 3/3 updated and ready; Service ? exists), and `status.readyReplicas >= spec.replicas` holds"
+        "each child ready by its own check (Deployment ? rolled out: its latest generation seen, 3 updated and ready; Service ? exists), and `status.readyReplicas >= spec.replicas` holds"
     );
     let [ready, ..] = verdict::conditions(Some(&rep), None);
     assert_eq!(ready.message, rep.checked);

@@ -4,7 +4,7 @@
 //! rule's kinds (their union), so each has its own table of them.
 
 use crate::operator::revisions::History;
-use crate::rollout::Progress;
+use crate::rollout::{Phase, Progress};
 use crate::rules::CompiledRule;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -76,8 +76,14 @@ pub(super) fn revisions(
     };
     // The rollout's previous revision, and those of the rollouts it replaced (the
     // resources they reached stay on them): always, their kinds are served already.
+    let unfinished = |p: &&Progress| matches!(p.phase, Phase::Progressing | Phase::Paused);
     let rolling: Vec<i64> = progress
-        .map(|p| std::iter::once(p.from).chain(p.superseded.iter().copied()))
+        .map(|p| {
+            let superseded = Some(p)
+                .filter(unfinished)
+                .map(|p| p.superseded.iter().copied());
+            std::iter::once(p.from).chain(superseded.into_iter().flatten())
+        })
         .into_iter()
         .flatten()
         .filter(|n| *n != h.current)
