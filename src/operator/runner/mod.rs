@@ -560,6 +560,7 @@ async fn run(
                     .map(|o| o.uid.clone())
                     .unwrap_or_default(),
                 resources: parent_reader.clone(),
+                synced: synced.clone(),
                 rules: opts.rules.clone(),
                 info: info.clone(),
                 reconcile_all,

@@ -107,6 +107,10 @@ pub(super) struct Driver {
     pub uid: String,
     /// The watched resources' cache.
     pub resources: Store<Cached>,
+    /// Whether every watch of the rule has completed its first list: until then the
+    /// cache may hold some resources or none, and a step would be judged on too few (an
+    /// empty step passes at once, and the canaries would be skipped).
+    pub synced: Arc<std::sync::atomic::AtomicBool>,
     /// The Rule objects (for `ruleop.dev/rollout`).
     pub rules: Option<Store<DynamicObject>>,
     pub info: Arc<RuleInfo>,
@@ -253,6 +257,10 @@ impl Driver {
             if done {
                 self.clear_action().await;
             }
+            return;
+        }
+        if !self.synced.load(std::sync::atomic::Ordering::SeqCst) {
+            tracing::debug!("rollout: the watches have not listed yet; the step waits");
             return;
         }
         let resources: Vec<Resource> = self
