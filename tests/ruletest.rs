@@ -492,3 +492,16 @@ spec:
     );
     assert!(!out.contains("step 1 ("), "{out}");
 }
+
+#[test]
+fn absent_written_as_one_path_says_how_to_write_it() {
+    let one = format!(
+        "  - name: one\n{RESOURCE}    steps:\n      - expect: {{children: [{{kind: ConfigMap, name: p-b, absent: spec.tls}}]}}\n"
+    );
+    let (code, out, _) = run_pair(&one);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("`absent: spec.tls`: a path goes in a list: `absent: [spec.tls]`"),
+        "{out}"
+    );
+}

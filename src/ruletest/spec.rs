@@ -136,11 +136,35 @@ pub struct ChildExpect {
 }
 
 /// What `absent` says: the whole object, or some of its fields.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Absent {
     Object(bool),
     Paths(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for Absent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let fix = "write `absent: true` (the object is not rendered) or a list of paths (`absent: [spec.tls]`)";
+        match Value::deserialize(d)? {
+            Value::Bool(b) => Ok(Absent::Object(b)),
+            Value::Array(items) => items
+                .into_iter()
+                .map(|i| match i {
+                    Value::String(p) => Ok(p),
+                    other => Err(D::Error::custom(format!(
+                        "`absent`: {other} is not a path: {fix}"
+                    ))),
+                })
+                .collect::<Result<_, _>>()
+                .map(Absent::Paths),
+            Value::String(p) => Err(D::Error::custom(format!(
+                "`absent: {p}`: a path goes in a list: `absent: [{p}]`"
+            ))),
+            other => Err(D::Error::custom(format!("`absent: {other}`: {fix}"))),
+        }
+    }
 }
 
 impl Default for Absent {
