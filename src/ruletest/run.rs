@@ -326,51 +326,95 @@ fn refusal(want: &str, problems: &[String]) -> Option<Failure> {
     })
 }
 
-/// What the API server would refuse of the rendered children: each against its kind's
-/// schema (a built-in kind's, or a CRD's given with `--crd`) and the checks it makes of
-/// built-in kinds beyond their schemas, each naming the child's template.
+/// One thing the API server would refuse of a rendered child: the field (empty for the
+/// object), why, the fix, and which check found it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChildProblem {
+    pub check: ChildCheck,
+    pub field: String,
+    pub problem: String,
+    pub fix: String,
+}
+
+/// Which check found a [`ChildProblem`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildCheck {
+    /// Its kind's OpenAPI schema (a built-in kind's, or a CRD's given with `--crd`).
+    Schema,
+    /// The API server's own checks of built-in kinds beyond their schemas.
+    Server,
+    /// A CRD's CEL rules, where they can be evaluated offline.
+    Cel,
+}
+
+/// Everything the API server would refuse of one rendered child, checked as it checks:
+/// a CRD's defaults filled in first, then the kind's schema, its own checks of built-in
+/// kinds, and a CRD's CEL rules. `ruleop test` and `render --strict` both ask this.
+pub fn child_problems(c: &crate::render::Rendered) -> Vec<ChildProblem> {
+    let from_crd = crate::schema::typed::from_crds(&c.api_version, &c.kind);
+    let schema = crate::schema::typed::builtin(&c.api_version, &c.kind).or(from_crd.as_ref());
+    let mut object = c.object.clone();
+    if let Some(s) = &from_crd {
+        rules::crd::apply_defaults(&mut object, s);
+    }
+    let typed = schema
+        .map(|s| crate::schema::typed::check_object(&object, s))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|f| ChildProblem {
+            check: ChildCheck::Schema,
+            field: f.field,
+            problem: f.problem,
+            fix: f.fix,
+        });
+    let server = crate::schema::server::refusals(&c.object)
+        .into_iter()
+        .map(|r| ChildProblem {
+            check: ChildCheck::Server,
+            field: r.field,
+            problem: r.problem,
+            fix: "the API server refuses this even though the kind's schema allows it".into(),
+        });
+    let cel = from_crd
+        .as_ref()
+        .map(|s| crate::schema::cel::validate(s, &object, "").violations)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| ChildProblem {
+            check: ChildCheck::Cel,
+            field: v.path,
+            problem: format!("{} (rule: {})", v.message, v.rule),
+            fix: "make the object meet its kind's validation".into(),
+        });
+    typed.chain(server).chain(cel).collect()
+}
+
+/// What the API server would refuse of the rendered children ([`child_problems`]), each
+/// naming the child's template at the line of the field.
 pub fn children_problems(rule: &CompiledRule, children: &[crate::render::Rendered]) -> Vec<String> {
     let mut out = Vec::new();
     for c in children {
-        let from_crd = crate::schema::typed::from_crds(&c.api_version, &c.kind);
-        let schema = crate::schema::typed::builtin(&c.api_version, &c.kind).or(from_crd.as_ref());
-        // A CRD's defaults first, as the API server fills them in before it validates.
-        let mut object = c.object.clone();
-        if let Some(s) = &from_crd {
-            rules::crd::apply_defaults(&mut object, s);
-        }
-        let typed = schema
-            .map(|s| crate::schema::typed::check_object(&object, s))
-            .unwrap_or_default()
-            .into_iter()
-            .map(|f| (f.field, format!("{} (fix: {})", f.problem, f.fix)));
-        let server = crate::schema::server::refusals(&c.object)
-            .into_iter()
-            .map(|r| (r.field, r.problem));
-        // A CRD's CEL rules, where they can be evaluated offline.
-        let cel = from_crd
-            .as_ref()
-            .map(|s| crate::schema::cel::validate(s, &object, "").violations)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|v| (v.path, format!("{} (rule: {})", v.message, v.rule)));
         let template = rule.children.iter().enumerate().find(|(_, t)| t.id == c.id);
-        for (field, problem) in typed.chain(server).chain(cel) {
+        for p in child_problems(c) {
             // The line of the field in the template (or of the nearest field above it).
             let at = template
                 .map(|(i, t)| {
                     let path = crate::apply::dryrun::template_path(
                         &format!("children[{i}].template"),
-                        &field.replace('"', ""),
+                        &p.field.replace('"', ""),
                     );
                     let line = rules::lines::line_in_file(&t.at.file, t.at.line, &path);
                     format!(", made by the template at {}:{line}", t.at.file.display())
                 })
                 .unwrap_or_default();
-            let field = if field.is_empty() {
-                "object".to_string()
+            let field = if p.field.is_empty() {
+                "object"
             } else {
-                field
+                &p.field
+            };
+            let problem = match p.check {
+                ChildCheck::Schema => format!("{} (fix: {})", p.problem, p.fix),
+                ChildCheck::Server | ChildCheck::Cel => p.problem,
             };
             out.push(format!(
                 "child `{}` ({} {}{at}): the API server would refuse it: {field}: {problem}",
