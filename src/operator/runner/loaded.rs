@@ -59,8 +59,8 @@ fn compile(
 }
 
 /// The newest revision first, then the others a Rule keeps: the rollout's previous one
-/// and those of the rollouts it replaced always; another only when its kinds are among those two's (a revision of other kinds
-/// would make the rule wait for them to be served).
+/// and those of the rollouts it replaced always; another only when its kinds are among
+/// theirs (a revision of other kinds would make the rule wait for them to be served).
 pub(super) fn revisions(
     rule: &Arc<CompiledRule>,
     history: Option<&History>,
@@ -76,16 +76,13 @@ pub(super) fn revisions(
     };
     // The rollout's previous revision, and those of the rollouts it replaced (the
     // resources they reached stay on them): always, their kinds are served already.
-    let unfinished = |p: &&Progress| matches!(p.phase, Phase::Progressing | Phase::Paused);
     let rolling: Vec<i64> = progress
-        .map(|p| {
-            let superseded = Some(p)
-                .filter(unfinished)
-                .map(|p| p.superseded.iter().copied());
-            std::iter::once(p.from).chain(superseded.into_iter().flatten())
-        })
         .into_iter()
-        .flatten()
+        .flat_map(|p| {
+            let unfinished = matches!(p.phase, Phase::Progressing | Phase::Paused);
+            let superseded = if unfinished { &p.superseded[..] } else { &[] };
+            std::iter::once(p.from).chain(superseded.iter().copied())
+        })
         .filter(|n| *n != h.current)
         .collect();
     for &f in &rolling {
