@@ -14,6 +14,7 @@
 //! crd` and the CRD install.
 
 pub mod cel;
+pub mod cost;
 pub mod crd;
 pub mod evolve;
 pub mod fields;
