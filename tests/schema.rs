@@ -297,3 +297,103 @@ async fn a_sample_is_judged_by_the_api_server_with_each_refusal_at_its_template_
     ]);
     assert_eq!(code, 0, "{out}");
 }
+
+/// A CRD whose spec has `props` and the CEL `rule` on the spec (none if empty), the
+/// bound in `props` written as `{N}`.
+fn costed_crd(props: &str, rule: &str, n: u64) -> serde_json::Value {
+    let props: serde_json::Value =
+        serde_json::from_str(&props.replace("{N}", &n.to_string())).unwrap();
+    let mut spec = serde_json::json!({"type": "object", "properties": props});
+    if !rule.is_empty() {
+        spec["x-kubernetes-validations"] = serde_json::json!([{"rule": rule}]);
+    }
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "costs.schema.ruleop.dev"},
+        "spec": {"group": "schema.ruleop.dev", "scope": "Namespaced",
+            "names": {"kind": "Cost", "plural": "costs"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                "type": "object", "properties": {"spec": spec}}}}]},
+    })
+}
+
+/// The largest bound at which `check` passes the rule (bounds grow the cost).
+fn largest_passing(props: &str, rule: &str) -> u64 {
+    let passes = |n: u64| {
+        let crd = costed_crd(props, rule, n);
+        ruleop::schema::cost::check(&crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+            .is_empty()
+    };
+    let (mut lo, mut hi) = (0u64, 1u64 << 40);
+    assert!(passes(lo) && !passes(hi), "{rule}: no threshold");
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if passes(mid) { lo = mid } else { hi = mid }
+    }
+    lo
+}
+
+#[test]
+fn cel_cost_estimates_refuse_exactly_what_the_api_server_refuses() {
+    // Each case: where the estimate puts the limit, the API server takes the CRD, and
+    // one step over it refuses it for the rule's cost.
+    let cases = [
+        (
+            r#"{"content": {"type": "object", "maxProperties": {N}, "additionalProperties": {"type": "string", "maxLength": 64}}}"#,
+            "self.content.all(k, self.content[k].matches('^[a-z]+$'))",
+        ),
+        (
+            r#"{"content": {"type": "object", "maxProperties": {N}, "additionalProperties": {"type": "string"}}}"#,
+            "self.content.all(k, k.startsWith('a'))",
+        ),
+        (
+            r#"{"name": {"type": "string", "maxLength": {N}}}"#,
+            "self.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.name.lowerAscii() == self.name",
+        ),
+        (
+            r#"{"hosts": {"type": "array", "maxItems": {N}, "items": {"type": "string", "maxLength": 253}}}"#,
+            "self.hosts.all(h, self.hosts.exists_one(o, o == h))",
+        ),
+        (
+            r#"{"hosts": {"type": "array", "maxItems": {N}, "items": {"type": "string", "maxLength": 63}}}"#,
+            "self.hosts.join(',').split(',').size() == size(self.hosts) && self.hosts.filter(h, h.contains('.')).map(h, h.upperAscii()).size() < 5",
+        ),
+        (
+            r#"{"ports": {"type": "array", "maxItems": {N}, "items": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "maxLength": 15}, "port": {"type": "integer"}}}}}"#,
+            "self.ports.all(p, p.port > 0 && p.name in ['http', 'https'] || p.name.indexOf('-') >= 0)",
+        ),
+        // A rule on each item runs once per item: its cost times maxItems.
+        (
+            r#"{"hosts": {"type": "array", "maxItems": {N}, "items": {"type": "string", "maxLength": 253, "x-kubernetes-validations": [{"rule": "self.matches('^[a-z.]+$') && !self.startsWith('.')"}]}}}"#,
+            "",
+        ),
+        // Twelve rules each under the per-rule limit, over the schema's limit together.
+        (
+            &format!(
+                r#"{{"labels": {{"type": "object", "maxProperties": {{N}}, "additionalProperties": {{"type": "string"}}, "x-kubernetes-validations": [{}]}}}}"#,
+                [r#"{"rule": "self.all(k, k.startsWith('a'))"}"#; 12].join(", ")
+            ),
+            "",
+        ),
+    ];
+    for (props, rule) in cases {
+        let n = largest_passing(props, rule);
+        eprintln!("limit at {n}: {rule}");
+        for (bound, taken) in [(n, true), (n + 1, false)] {
+            let crd = costed_crd(props, rule, bound).to_string();
+            let (ok, _, err) = kubectl(&["create", "--dry-run=server", "-f", "-"], Some(&crd));
+            assert_eq!(
+                ok,
+                taken,
+                "{rule} with the bound at {bound}: ruleop says {}, the API server: {err}",
+                if taken { "taken" } else { "refused" }
+            );
+            if !taken {
+                assert!(
+                    err.contains("cost"),
+                    "{rule} refused for another reason: {err}"
+                );
+            }
+        }
+    }
+}

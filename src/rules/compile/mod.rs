@@ -220,9 +220,9 @@ fn kind_schema(c: &mut Compiler<'_>, spec: &RuleSpec) -> (Option<Value>, Map<Str
     };
     match crate::schema::crd::crd(&kind) {
         Ok(crd) => {
-            let defaults = crate::schema::fields::defaults(
-                &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"],
-            );
+            let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+            check_cel_cost(c, root);
+            let defaults = crate::schema::fields::defaults(&root["properties"]["spec"]);
             (Some(crd), defaults)
         }
         Err(problems) => {
@@ -231,6 +231,19 @@ fn kind_schema(c: &mut Compiler<'_>, spec: &RuleSpec) -> (Option<Value>, Map<Str
             }
             (None, Map::new())
         }
+    }
+}
+
+/// Refuses a CEL rule of the schema that the API server would refuse for its estimated
+/// cost, at the rule's line (a spec-wide one under `validations`, a field's on its line).
+fn check_cel_cost(c: &mut Compiler<'_>, root: &Value) {
+    for t in crate::schema::cost::check(root) {
+        let path = match t.rule.field.as_str() {
+            "spec" => format!("schema.validations[{}]", t.rule.index),
+            f if f.starts_with("spec.") => format!("schema.{f}"),
+            _ => "status.fields".to_string(),
+        };
+        c.error(&path, None, t.problem, t.fix);
     }
 }
 

@@ -62,3 +62,34 @@ fn without_declared_columns_each_scalar_status_field_gets_one() {
     assert!(root["properties"]["status"]["properties"]["conditions"].is_object());
     assert_eq!(v["subresources"], json!({"status": {}}));
 }
+
+#[test]
+fn a_cel_rule_the_api_server_would_refuse_for_its_cost_is_refused_at_its_line_with_the_bound() {
+    let text = "name: c\nwatch: {group: x.io, version: v1, resource: cs}\nschema:\n  kind: C\n  spec:\n    content: map[string]string\n    hosts: \"[]string | rule=\\\"self.all(h, h.matches('^[a-z.]+$'))\\\"\"\n  validations:\n    - {rule: \"self.content.all(k, self.content[k].matches('^[a-z]+$'))\"}\n";
+    let (_, errors) = crate::rules::load_str(text, std::path::Path::new("s.yaml"));
+    let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    let at = |line: &str, bound: &str| {
+        all.iter()
+            .any(|e| e.contains(line) && e.contains("estimated cost") && e.contains(bound))
+    };
+    assert!(
+        at(
+            "s.yaml:9",
+            "on the line of `spec.content`, maxLength=… (how long each item or value may be) and maxProperties=…"
+        ),
+        "{all:?}"
+    );
+    assert!(
+        at("s.yaml:7", "on the line of `spec.hosts`, maxItems=…"),
+        "{all:?}"
+    );
+    // Bounded, the same rules are taken.
+    let bounded = text
+        .replace(
+            "map[string]string",
+            "map[string]string | maxProperties=64 maxLength=253",
+        )
+        .replace("[]string |", "[]string | maxItems=16 maxLength=253");
+    let (_, errors) = crate::rules::load_str(&bounded, std::path::Path::new("s.yaml"));
+    assert!(errors.is_empty(), "{errors:?}");
+}

@@ -206,7 +206,10 @@ fn object(schema: &Value, root: bool, at: &Place) -> Option<Decl> {
 }
 
 fn plain_string(at: &Place) -> Decl {
-    string(&serde_json::json!({"type": "string"}), &at.child("metadata"))
+    string(
+        &serde_json::json!({"type": "string"}),
+        &at.child("metadata"),
+    )
 }
 
 fn string(schema: &Value, at: &Place) -> Decl {
@@ -240,8 +243,25 @@ fn string(schema: &Value, at: &Place) -> Decl {
 }
 
 const RESERVED: [&str; 19] = [
-    "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for",
-    "function", "if", "import", "let", "loop", "package", "namespace", "return", "var",
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
 ];
 
 /// A property's name as CEL reads it (`my-field` is `my__dash__field`); None for a name
@@ -281,7 +301,11 @@ pub(super) fn escape(name: &str) -> Option<String> {
 /// (the API server then counts how many of the node's values fit in a request).
 pub(super) fn max_elements(schema: &Value) -> Option<u64> {
     match schema["type"].as_str() {
-        Some("object") if schema.get("additionalProperties").is_some_and(Value::is_object) => {
+        Some("object")
+            if schema
+                .get("additionalProperties")
+                .is_some_and(Value::is_object) =>
+        {
             schema["maxProperties"].as_i64().map(|n| n.max(0) as u64)
         }
         Some("array") => schema["maxItems"].as_i64().map(|n| n.max(0) as u64),

@@ -468,7 +468,9 @@ impl<'a> Estimator<'a> {
             }
             ("sets.contains" | "sets.intersects" | "sets.equivalent", None, 2) => {
                 let f = if name == "sets.equivalent" { 2.0 } else { 1.0 };
-                let c = self.size_estimate(&args[0]).mul(self.size_estimate(&args[1]));
+                let c = self
+                    .size_estimate(&args[0])
+                    .mul(self.size_estimate(&args[1]));
                 (c.factor(f).add(Est::fixed(1)).add(arg_sum), None)
             }
             _ => (Est::fixed(1).add(arg_sum), None),
@@ -510,7 +512,11 @@ impl<'a> Estimator<'a> {
             }
             "replace" if target.is_some() && args.len() >= 2 => {
                 let sz = self.size_estimate(target?);
-                let r = replaced(sz, self.size_estimate(&args[0]), self.size_estimate(&args[1]));
+                let r = replaced(
+                    sz,
+                    self.size_estimate(&args[0]),
+                    self.size_estimate(&args[1]),
+                );
                 Some((sz.factor(2.0 * STRING_TRAVERSAL), Some(r)))
             }
             "split" => {
@@ -542,7 +548,13 @@ impl<'a> Estimator<'a> {
                 let sz = self.size_estimate(target?);
                 let s = traversal(sz.add(Est::fixed(1)));
                 let r = self.size_estimate(&args[0]).factor(REGEX_LENGTH);
-                Some((s.mul(r), Some(Est { min: 0, max: sz.max })))
+                Some((
+                    s.mul(r),
+                    Some(Est {
+                        min: 0,
+                        max: sz.max,
+                    }),
+                ))
             }
             "cidr" | "isIP" | "isCIDR" | "quantity" | "isQuantity" | "semver" | "isSemver"
                 if !args.is_empty() =>
@@ -551,9 +563,10 @@ impl<'a> Estimator<'a> {
             }
             "ip" if !args.is_empty() => Some((traversal(self.size_estimate(&args[0])), None)),
             "ip" => one,
-            "ip.isCanonical" if !args.is_empty() => {
-                Some((self.size_estimate(&args[0]).factor(2.0 * STRING_TRAVERSAL), None))
-            }
+            "ip.isCanonical" if !args.is_empty() => Some((
+                self.size_estimate(&args[0]).factor(2.0 * STRING_TRAVERSAL),
+                None,
+            )),
             "containsIP" | "containsCIDR" if target.is_some() && !args.is_empty() => {
                 let ip = Est { min: 4, max: 16 };
                 let mut c = traversal(ip.add(ip));
@@ -570,11 +583,32 @@ impl<'a> Estimator<'a> {
                 let s = traversal(self.size_estimate(&args[0]));
                 Some((s.factor(128.0 * REGEX_LENGTH), None))
             }
-            "masked" | "prefixLength" | "family" | "isUnspecified" | "isLoopback"
-            | "isLinkLocalMulticast" | "isLinkLocalUnicast" | "isGlobalUnicast" | "format.named"
-            | "sign" | "asInteger" | "isInteger" | "asApproximateFloat" | "isGreaterThan"
-            | "isLessThan" | "compareTo" | "add" | "sub" | "major" | "minor" | "patch"
-            | "getScheme" | "getHostname" | "getHost" | "getPort" | "getEscapedPath"
+            "masked"
+            | "prefixLength"
+            | "family"
+            | "isUnspecified"
+            | "isLoopback"
+            | "isLinkLocalMulticast"
+            | "isLinkLocalUnicast"
+            | "isGlobalUnicast"
+            | "format.named"
+            | "sign"
+            | "asInteger"
+            | "isInteger"
+            | "asApproximateFloat"
+            | "isGreaterThan"
+            | "isLessThan"
+            | "compareTo"
+            | "add"
+            | "sub"
+            | "major"
+            | "minor"
+            | "patch"
+            | "getScheme"
+            | "getHostname"
+            | "getHost"
+            | "getPort"
+            | "getEscapedPath"
             | "getQuery" => one,
             "_==_" if args.len() == 2 && args[0].ty.kind() == K::Opaque => one,
             _ => None,
@@ -604,7 +638,10 @@ impl<'a> Estimator<'a> {
 
     fn node(&mut self, e: &IdedExpr) -> Node<'a> {
         let mut path = self.path(e);
-        if path.first().is_some_and(|p| p == "@result" || p == "__result__") {
+        if path
+            .first()
+            .is_some_and(|p| p == "@result" || p == "__result__")
+        {
             path.clear();
         }
         let literal_int = match &e.expr {
@@ -642,7 +679,14 @@ impl<'a> Estimator<'a> {
         }
     }
 
-    fn push(&mut self, name: &str, path: Vec<String>, size: Option<Est>, entry: Option<Entry>, ty: Ty<'a>) {
+    fn push(
+        &mut self,
+        name: &str,
+        path: Vec<String>,
+        size: Option<Est>,
+        entry: Option<Entry>,
+        ty: Ty<'a>,
+    ) {
         let local = Local {
             path,
             size,
@@ -737,7 +781,11 @@ fn compare(lhs: Est, rhs: Est) -> Est {
 fn replaced(sz: Est, from: Est, with: Est) -> Est {
     let (mut count, mut kept) = (Est::default(), Est::default());
     if from.min == 0 {
-        count.max = if sz.max < u64::MAX { sz.max + 1 } else { sz.max };
+        count.max = if sz.max < u64::MAX {
+            sz.max + 1
+        } else {
+            sz.max
+        };
         kept.max = sz.max;
     } else if with.max <= from.min {
         kept.max = sz.max;
@@ -745,7 +793,11 @@ fn replaced(sz: Est, from: Est, with: Est) -> Est {
         count.max = (sz.max as f64 / from.min as f64).ceil() as u64;
     }
     if from.max == 0 {
-        count.min = if sz.min < u64::MAX { sz.min + 1 } else { sz.min };
+        count.min = if sz.min < u64::MAX {
+            sz.min + 1
+        } else {
+            sz.min
+        };
         kept.min = sz.min;
     } else if from.max <= with.min {
         kept.min = sz.min;

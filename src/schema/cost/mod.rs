@@ -70,9 +70,9 @@ pub fn check(schema: &Value) -> Vec<TooCostly> {
             problem: format!(
                 "the API server would refuse the CRD: {} has an estimated cost of {}, {} the limit of {} per rule",
                 what(r),
-                r.cost,
+                thousands(r.cost),
                 factor(r.cost, PER_RULE),
-                PER_RULE
+                thousands(PER_RULE)
             ),
             fix: fix(r),
         })
@@ -83,10 +83,12 @@ pub fn check(schema: &Value) -> Vec<TooCostly> {
         if let Some(r) = top {
             out.push(TooCostly {
                 problem: format!(
-                    "the API server would refuse the CRD: its CEL rules have an estimated cost of {total} together, {} the limit of {PER_SCHEMA}; the costliest is {} ({})",
+                    "the API server would refuse the CRD: its CEL rules have an estimated cost of {} together, {} the limit of {}; the costliest is {} ({})",
+                    thousands(total),
                     factor(total, PER_SCHEMA),
+                    thousands(PER_SCHEMA),
                     what(&r),
-                    r.cost
+                    thousands(r.cost)
                 ),
                 fix: fix(&r),
                 rule: r,
@@ -102,12 +104,17 @@ fn what(r: &RuleCost) -> String {
     } else {
         format!("`{}`", r.field)
     };
-    let kind = if r.message { "messageExpression" } else { "rule" };
+    let kind = if r.message {
+        "messageExpression"
+    } else {
+        "rule"
+    };
     let times = if r.times > 1 {
         format!(" (run up to {} times per object)", r.times)
     } else {
         String::new()
     };
+    let times = times.replace(&r.times.to_string(), &thousands(r.times));
     format!("the {kind} `{}` on {on}{times}", r.expression)
 }
 
@@ -127,18 +134,40 @@ fn fix(r: &RuleCost) -> String {
     if r.unbounded.is_empty() {
         return "simplify the rule: it is over the limit with every field it reads bounded".into();
     }
-    let bounds: Vec<String> = r
-        .unbounded
+    let mut fields: Vec<(&str, Vec<String>)> = Vec::new();
+    for u in &r.unbounded {
+        let what = match (u.marker, u.of_items) {
+            ("maxItems", _) => "maxItems=… (how many items it may hold)",
+            ("maxProperties", _) => "maxProperties=… (how many keys it may hold)",
+            (_, true) => "maxLength=… (how long each item or value may be)",
+            _ => "maxLength=… (how long it may be)",
+        };
+        match fields.iter_mut().find(|(f, _)| *f == u.field) {
+            Some((_, list)) => list.push(what.to_string()),
+            None => fields.push((&u.field, vec![what.to_string()])),
+        }
+    }
+    let lines: Vec<String> = fields
         .iter()
-        .map(|u| {
-            let whose = if u.of_items { " (on its items)" } else { "" };
-            format!("`{}=` on `{}`{whose}", u.marker, u.field)
-        })
+        .map(|(f, m)| format!("on the line of `{f}`, {}", m.join(" and ")))
         .collect();
     format!(
-        "bound what the rule reads, with the smallest size you need: {} (a field line takes the marker: `hosts: \"[]string | maxItems=16 maxLength=253\"`); without a bound the API server assumes a whole 3 MiB request of it",
-        bounds.join(", ")
+        "bound what the rule reads, as small as your values allow: {}; without a bound the API server assumes a whole 3 MiB request of it",
+        lines.join("; ")
     )
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn walk(

@@ -115,10 +115,30 @@ impl<'a> Ty<'a> {
 pub(super) fn result<'a>(function: &str, target: Option<&Ty<'a>>, args: &[Ty<'a>]) -> Ty<'a> {
     let arg = |i: usize| args.get(i).cloned().unwrap_or(Ty::Dyn);
     match function {
-        "_==_" | "_!=_" | "_<_" | "_>_" | "_<=_" | "_>=_" | "_&&_" | "_||_" | "!_"
-        | "@not_strictly_false" | "@in" | "matches" | "contains" | "startsWith" | "endsWith"
-        | "sets.contains" | "sets.intersects" | "sets.equivalent" | "bool" | "validate"
-        | "containsIP" | "containsCIDR" | "isGreaterThan" | "isLessThan" => Ty::Bool,
+        "_==_"
+        | "_!=_"
+        | "_<_"
+        | "_>_"
+        | "_<=_"
+        | "_>=_"
+        | "_&&_"
+        | "_||_"
+        | "!_"
+        | "@not_strictly_false"
+        | "@in"
+        | "matches"
+        | "contains"
+        | "startsWith"
+        | "endsWith"
+        | "sets.contains"
+        | "sets.intersects"
+        | "sets.equivalent"
+        | "bool"
+        | "validate"
+        | "containsIP"
+        | "containsCIDR"
+        | "isGreaterThan"
+        | "isLessThan" => Ty::Bool,
         f if f.starts_with("is") => Ty::Bool,
         "_+_" | "_-_" | "_*_" | "_/_" | "_%_" => match (arg(0), arg(1)) {
             (Ty::List(a), b) if matches!(*a, Ty::Dyn) && b.kind() == K::List => b,
@@ -132,9 +152,25 @@ pub(super) fn result<'a>(function: &str, target: Option<&Ty<'a>>, args: &[Ty<'a>
         "_[_]" => arg(0).field_or_item(),
         "size" | "int" | "indexOf" | "lastIndexOf" | "sign" | "compareTo" | "major" | "minor"
         | "patch" | "prefixLength" | "family" | "asInteger" => Ty::Int,
-        "string" | "lowerAscii" | "upperAscii" | "trim" | "substring" | "replace" | "join"
-        | "charAt" | "format" | "strings.quote" | "find" | "getScheme" | "getHostname"
-        | "getHost" | "getPort" | "getEscapedPath" | "getQuery" | "jsonpatch.escapeKey" | "reverse"
+        "string"
+        | "lowerAscii"
+        | "upperAscii"
+        | "trim"
+        | "substring"
+        | "replace"
+        | "join"
+        | "charAt"
+        | "format"
+        | "strings.quote"
+        | "find"
+        | "getScheme"
+        | "getHostname"
+        | "getHost"
+        | "getPort"
+        | "getEscapedPath"
+        | "getQuery"
+        | "jsonpatch.escapeKey"
+        | "reverse"
             if target.is_none_or(|t| t.kind() != K::List) =>
         {
             Ty::String
