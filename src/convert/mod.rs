@@ -1,0 +1,247 @@
+//! Converts an object of the kind between its versions, by the rule's conversion (see
+//! `rules::compile::versions`): every version through the hub, the one the rule watches.
+//! Pure. Each step runs forwards to the hub and backwards from it; the fields a version
+//! has no place for are kept in the annotation `convert.ruleop.dev/<version>` of the
+//! version they belong to, and put back when the object is converted to it again, so a
+//! round trip A → B → A gives A back. Only the spec and those annotations change: the
+//! status is the same in every version.
+
+pub mod paths;
+pub mod review;
+
+use crate::rules::compile::versions::{Conversion, Spoke, Step};
+use crate::rules::program::{ExprRef, Program};
+use paths::{get, merge, set, take};
+use serde_json::{Map, Value, json};
+
+/// The annotation prefix of the fields kept aside for a version.
+pub const KEPT: &str = "convert.ruleop.dev/";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    #[error("the kind has no version {0:?}")]
+    UnknownVersion(String),
+    #[error("the object has no apiVersion of this kind's group: {0:?}")]
+    NoVersion(String),
+    #[error("converting {version}: the expression {source_text:?} failed: {error}")]
+    Expression {
+        version: String,
+        source_text: String,
+        error: String,
+    },
+}
+
+/// `obj` (of any version of the kind) as version `to`.
+pub fn convert(
+    c: &Conversion,
+    program: &Program,
+    obj: &Value,
+    to: &str,
+) -> Result<Value, ConvertError> {
+    let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+    let from = api_version
+        .strip_prefix(&format!("{}/", c.group))
+        .ok_or_else(|| ConvertError::NoVersion(api_version.to_string()))?;
+    let spoke = |v: &str| -> Result<Option<&Spoke>, ConvertError> {
+        if v == c.hub {
+            return Ok(None);
+        }
+        c.spokes
+            .iter()
+            .find(|s| s.name == v)
+            .map(Some)
+            .ok_or_else(|| ConvertError::UnknownVersion(v.to_string()))
+    };
+    let (from_spoke, to_spoke) = (spoke(from)?, spoke(to)?);
+    if from == to {
+        return Ok(obj.clone());
+    }
+    let hub = match from_spoke {
+        Some(s) => to_hub(c, s, program, obj)?,
+        None => obj.clone(),
+    };
+    match to_spoke {
+        Some(s) => from_hub(c, s, program, &hub),
+        None => Ok(hub),
+    }
+}
+
+fn to_hub(
+    c: &Conversion,
+    s: &Spoke,
+    program: &Program,
+    obj: &Value,
+) -> Result<Value, ConvertError> {
+    let mut out = obj.clone();
+    out["apiVersion"] = json!(format!("{}/{}", c.group, c.hub));
+    let had_spec = obj.get("spec").is_some();
+    let mut rest = out.get_mut("spec").map(Value::take).unwrap_or(json!({}));
+    let mut spec = json!({});
+    for step in &s.steps {
+        match step {
+            Step::Move { from, to } => {
+                if let Some(v) = take(&mut rest, from) {
+                    set(&mut spec, to, v);
+                }
+            }
+            Step::Transform {
+                from, to, to_hub, ..
+            } => {
+                if let Some(v) = take(&mut rest, from) {
+                    let v = eval(program, to_hub, v, &s.name)?;
+                    if !v.is_null() {
+                        set(&mut spec, to, v);
+                    }
+                }
+            }
+            Step::Default { .. } => {}
+        }
+    }
+    let mut lost = Map::new();
+    let kept = paths::split(rest, &c.hub_schema, "spec", &mut lost);
+    merge(&mut spec, kept);
+    restore(&mut out, &mut spec, &c.hub);
+    for step in &s.steps {
+        if let Step::Default { field, value } = step
+            && get(&spec, field).is_none()
+        {
+            set(&mut spec, field, value.clone());
+        }
+    }
+    keep_aside(&mut out, &s.name, lost);
+    finish(&mut out, spec, had_spec);
+    Ok(out)
+}
+
+fn from_hub(
+    c: &Conversion,
+    s: &Spoke,
+    program: &Program,
+    hub: &Value,
+) -> Result<Value, ConvertError> {
+    let mut out = hub.clone();
+    out["apiVersion"] = json!(format!("{}/{}", c.group, s.name));
+    let had_spec = hub.get("spec").is_some();
+    let mut rest = out.get_mut("spec").map(Value::take).unwrap_or(json!({}));
+    let mut spec = json!({});
+    let mut lost = Map::new();
+    for step in &s.steps {
+        match step {
+            Step::Move { from, to } => {
+                if let Some(v) = take(&mut rest, to) {
+                    set(&mut spec, from, v);
+                }
+            }
+            Step::Transform {
+                from, to, from_hub, ..
+            } => {
+                if let Some(v) = take(&mut rest, to) {
+                    let v = eval(program, from_hub, v, &s.name)?;
+                    if !v.is_null() {
+                        set(&mut spec, from, v);
+                    }
+                }
+            }
+            // The hub's value comes back from the default, unless it was another.
+            Step::Default { field, value } => {
+                if let Some(v) = take(&mut rest, field)
+                    && &v != value
+                {
+                    lost.insert(format!("spec.{}", field.join(".")), v);
+                }
+            }
+        }
+    }
+    let kept = paths::split(rest, &s.schema, "spec", &mut lost);
+    merge(&mut spec, kept);
+    restore(&mut out, &mut spec, &s.name);
+    keep_aside(&mut out, &c.hub, lost);
+    finish(&mut out, spec, had_spec);
+    Ok(out)
+}
+
+fn finish(out: &mut Value, spec: Value, had_spec: bool) {
+    let empty = spec.as_object().is_some_and(Map::is_empty);
+    if had_spec || !empty {
+        out["spec"] = spec;
+    } else if let Some(o) = out.as_object_mut() {
+        o.remove("spec");
+    }
+}
+
+fn eval(
+    program: &Program,
+    e: &ExprRef,
+    value: Value,
+    version: &str,
+) -> Result<Value, ConvertError> {
+    let ctx =
+        minijinja::context! { value => minijinja::Value::from(minijinja::value::Serde(&value)) };
+    let failed = |error: String| ConvertError::Expression {
+        version: version.to_string(),
+        source_text: e.source.to_string(),
+        error,
+    };
+    let out = program
+        .eval(e, &ctx)
+        .map_err(|err| failed(err.to_string()))?;
+    if out.is_undefined() || out.is_none() {
+        return Ok(Value::Null);
+    }
+    serde_json::to_value(&out).map_err(|err| failed(err.to_string()))
+}
+
+/// Puts back the fields of `version` kept aside when the object left it, and drops the
+/// annotation that held them.
+fn restore(out: &mut Value, spec: &mut Value, version: &str) {
+    let key = format!("{KEPT}{version}");
+    let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let Some(text) = annotations.remove(&key) else {
+        return;
+    };
+    if annotations.is_empty() {
+        meta.remove("annotations");
+    }
+    let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(text.as_str().unwrap_or(""))
+    else {
+        return;
+    };
+    for (path, v) in fields {
+        let segments: Vec<String> = path.split('.').skip(1).map(str::to_string).collect();
+        if !segments.is_empty() {
+            set(spec, &segments, v);
+        }
+    }
+}
+
+/// Keeps the fields of `version` that the converted object has no place for.
+fn keep_aside(out: &mut Value, version: &str, lost: Map<String, Value>) {
+    let key = format!("{KEPT}{version}");
+    if lost.is_empty() {
+        let meta = out.get_mut("metadata").and_then(Value::as_object_mut);
+        if let Some(meta) = meta
+            && let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut)
+        {
+            a.remove(&key);
+            if a.is_empty() {
+                meta.remove("annotations");
+            }
+        }
+        return;
+    }
+    if !out["metadata"].is_object() {
+        out["metadata"] = json!({});
+    }
+    if !out["metadata"]["annotations"].is_object() {
+        out["metadata"]["annotations"] = json!({});
+    }
+    out["metadata"]["annotations"][key] = json!(Value::Object(lost).to_string());
+}
+
+#[cfg(test)]
+mod tests;
