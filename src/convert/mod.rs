@@ -6,6 +6,7 @@
 //! round trip A → B → A gives A back. Only the spec and those annotations change: the
 //! status is the same in every version.
 
+mod keyed;
 pub mod paths;
 pub mod review;
 
@@ -23,6 +24,12 @@ pub enum ConvertError {
     UnknownVersion(String),
     #[error("the object has no apiVersion of this kind's group: {0:?}")]
     NoVersion(String),
+    #[error("converting {version}: `{path}` {reason}")]
+    Keyed {
+        version: String,
+        path: String,
+        reason: String,
+    },
     #[error("converting {version}: the expression {source_text:?} failed: {error}")]
     Expression {
         version: String,
@@ -77,33 +84,17 @@ fn to_hub(
     let had_spec = obj.get("spec").is_some();
     let mut rest = out.get_mut("spec").map(Value::take).unwrap_or(json!({}));
     let mut spec = json!({});
-    for step in &s.steps {
-        match step {
-            Step::Move { from, to } => {
-                if let Some(v) = take(&mut rest, from) {
-                    set(&mut spec, to, v);
-                }
-            }
-            Step::Transform {
-                from, to, to_hub, ..
-            } => {
-                if let Some(v) = take(&mut rest, from) {
-                    let v = eval(program, to_hub, v, &s.name)?;
-                    if !v.is_null() {
-                        set(&mut spec, to, v);
-                    }
-                }
-            }
-            Step::Default { .. } => {}
-        }
-    }
     let mut lost = Map::new();
+    for step in &s.steps {
+        forward(step, &mut rest, &mut spec, &mut lost, program, &s.name)?;
+    }
     let kept = paths::split(rest, &c.hub_schema, "spec", &mut lost);
     merge(&mut spec, kept);
-    restore(&mut out, &mut spec, &c.hub);
+    let absent = restore(&mut out, &mut spec, &c.hub, &[]);
     for step in &s.steps {
         if let Step::Default { field, value } = step
             && get(&spec, field).is_none()
+            && !absent.contains(field)
         {
             set(&mut spec, field, value.clone());
         }
@@ -111,6 +102,46 @@ fn to_hub(
     keep_aside(&mut out, &s.name, lost);
     finish(&mut out, spec, had_spec);
     Ok(out)
+}
+
+/// One step towards the hub: from the spoke's fields (`rest`) into the hub's (`spec`).
+fn forward(
+    step: &Step,
+    rest: &mut Value,
+    spec: &mut Value,
+    lost: &mut Map<String, Value>,
+    program: &Program,
+    version: &str,
+) -> Result<(), ConvertError> {
+    match step {
+        Step::Move { from, to } => {
+            if let Some(v) = take(rest, from) {
+                set(spec, to, v);
+            }
+        }
+        Step::Transform {
+            from, to, to_hub, ..
+        } => {
+            if let Some(v) = take(rest, from) {
+                let v = eval(program, to_hub, v, version)?;
+                if !v.is_null() {
+                    set(spec, to, v);
+                }
+            }
+        }
+        Step::Keyed { from, to, key } => {
+            if let Some(v) = take(rest, from) {
+                let (map, order) =
+                    keyed::to_map(v, key).map_err(|r| keyed_error(version, from, r))?;
+                set(spec, to, map);
+                if let Some(order) = order {
+                    lost.insert(format!("{ORDER}spec.{}", from.join(".")), order);
+                }
+            }
+        }
+        Step::Default { .. } => {}
+    }
+    Ok(())
 }
 
 fn from_hub(
@@ -142,19 +173,28 @@ fn from_hub(
                     }
                 }
             }
-            // The hub's value comes back from the default, unless it was another.
-            Step::Default { field, value } => {
-                if let Some(v) = take(&mut rest, field)
-                    && &v != value
-                {
-                    lost.insert(format!("spec.{}", field.join(".")), v);
+            Step::Keyed { from, to, key } => {
+                if let Some(v) = take(&mut rest, to) {
+                    let list = keyed::to_list(v, key).map_err(|r| keyed_error(&s.name, to, r))?;
+                    set(&mut spec, from, list);
                 }
             }
+            // The hub's value comes back from the default, unless it was another, or
+            // none.
+            Step::Default { field, value } => match take(&mut rest, field) {
+                Some(v) if &v != value => {
+                    lost.insert(format!("spec.{}", field.join(".")), v);
+                }
+                Some(_) => {}
+                None => {
+                    lost.insert(format!("{ABSENT}spec.{}", field.join(".")), json!(true));
+                }
+            },
         }
     }
     let kept = paths::split(rest, &s.schema, "spec", &mut lost);
     merge(&mut spec, kept);
-    restore(&mut out, &mut spec, &s.name);
+    restore(&mut out, &mut spec, &s.name, &s.steps);
     keep_aside(&mut out, &c.hub, lost);
     finish(&mut out, spec, had_spec);
     Ok(out)
@@ -191,31 +231,69 @@ fn eval(
     serde_json::to_value(&out).map_err(|err| failed(err.to_string()))
 }
 
-/// Puts back the fields of `version` kept aside when the object left it, and drops the
-/// annotation that held them.
-fn restore(out: &mut Value, spec: &mut Value, version: &str) {
+fn keyed_error(version: &str, path: &[String], reason: String) -> ConvertError {
+    ConvertError::Keyed {
+        version: version.to_string(),
+        path: format!("spec.{}", path.join(".")),
+        reason,
+    }
+}
+
+/// The prefix of a kept entry that is the order of a `keyed` list, not a field.
+const ORDER: &str = "@order:";
+/// The prefix of a kept entry for a field with a `default` step that was not there.
+const ABSENT: &str = "@absent:";
+
+/// Puts back the fields of `version` kept aside when the object left it (and the order
+/// of its `keyed` lists), and drops the annotation that held them; gives the fields that
+/// were not there (not to be defaulted).
+fn restore(out: &mut Value, spec: &mut Value, version: &str, steps: &[Step]) -> Vec<Vec<String>> {
+    let mut absent = Vec::new();
     let key = format!("{KEPT}{version}");
     let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return;
+        return absent;
     };
     let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) else {
-        return;
+        return absent;
     };
     let Some(text) = annotations.remove(&key) else {
-        return;
+        return absent;
     };
     if annotations.is_empty() {
         meta.remove("annotations");
     }
     let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(text.as_str().unwrap_or(""))
     else {
+        return absent;
+    };
+    let segments = |p: &str| -> Vec<String> { p.split('.').skip(1).map(str::to_string).collect() };
+    for (path, v) in fields {
+        if let Some(list) = path.strip_prefix(ORDER) {
+            reorder(spec, list, &v, steps);
+        } else if let Some(field) = path.strip_prefix(ABSENT) {
+            absent.push(segments(field));
+        } else if !segments(&path).is_empty() {
+            set(spec, &segments(&path), v);
+        }
+    }
+    absent
+}
+
+/// Puts the `keyed` list at `path` back in the order it had.
+fn reorder(spec: &mut Value, path: &str, order: &Value, steps: &[Step]) {
+    let segments: Vec<String> = path.split('.').skip(1).map(str::to_string).collect();
+    let key = steps.iter().find_map(|s| match s {
+        Step::Keyed { from, key, .. } if *from == segments => Some(key),
+        _ => None,
+    });
+    let (Some(key), Some(order)) = (key, order.as_array()) else {
         return;
     };
-    for (path, v) in fields {
-        let segments: Vec<String> = path.split('.').skip(1).map(str::to_string).collect();
-        if !segments.is_empty() {
-            set(spec, &segments, v);
-        }
+    let list = segments
+        .iter()
+        .try_fold(&mut *spec, |v, k| v.as_object_mut()?.get_mut(k));
+    if let Some(list) = list {
+        keyed::reorder(list, key, order);
     }
 }
 

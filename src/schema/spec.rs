@@ -96,6 +96,18 @@ pub struct ConvertStep {
     /// A field of the watched version this one lacks: its value when converted from here.
     #[serde(default)]
     pub default: Option<DefaultStep>,
+    /// A list of objects here that is a map in the watched version, by each item's `key`
+    /// field: `{from: spec.ports, to: spec.ports, key: name}`.
+    #[serde(default)]
+    pub keyed: Option<Keyed>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Keyed {
+    pub from: String,
+    pub to: String,
+    pub key: String,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]

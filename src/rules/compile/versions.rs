@@ -46,6 +46,12 @@ pub enum Step {
         field: Vec<String>,
         value: Value,
     },
+    /// A list of objects (in the spoke) that is a map by each item's `key` (in the hub).
+    Keyed {
+        from: Vec<String>,
+        to: Vec<String>,
+        key: String,
+    },
 }
 
 /// The leaf fields of a spec schema, by dotted path (`spec.service.type`), with their
@@ -226,6 +232,25 @@ fn spoke(
             continue;
         };
         match kind {
+            Kind::Keyed(from, to, key) => {
+                let a = field(c, "from", from, &mine, name);
+                let b = field(c, "to", to, &theirs, hub);
+                let list = mine.get(from).map(String::as_str);
+                let map = theirs.get(to).map(String::as_str);
+                if !a.is_empty()
+                    && !b.is_empty()
+                    && (list != Some("array") || map != Some("object"))
+                {
+                    c.error(
+                        &at,
+                        None,
+                        format!("`keyed` turns a list of {name} into a map of {hub}, by each item's `{key}`; `{from}` is {} and `{to}` is {}", list.unwrap_or("an object"), map.unwrap_or("an object")),
+                        "give `from` a list of objects (`[]object`) and `to` a map (`map[string]object`)",
+                    );
+                }
+                covered_mine.extend(a);
+                covered_theirs.extend(b);
+            }
             Kind::Move(from, to) | Kind::Transform(from, to, ..) => {
                 let a = field(c, "from", from, &mine, name);
                 let b = field(c, "to", to, &theirs, hub);
@@ -326,6 +351,7 @@ enum Kind<'a> {
     Move(&'a str, &'a str),
     Transform(&'a str, &'a str, &'a str, &'a str),
     Default(&'a str, &'a Value),
+    Keyed(&'a str, &'a str, &'a str),
 }
 
 fn one_kind<'a>(c: &mut Compiler<'_>, at: &str, step: &'a ConvertStep) -> Option<Kind<'a>> {
@@ -339,12 +365,15 @@ fn one_kind<'a>(c: &mut Compiler<'_>, at: &str, step: &'a ConvertStep) -> Option
     if let Some(d) = &step.default {
         kinds.push(Kind::Default(&d.field, &d.value));
     }
+    if let Some(k) = &step.keyed {
+        kinds.push(Kind::Keyed(&k.from, &k.to, &k.key));
+    }
     if kinds.len() != 1 {
         c.error(
             at,
             None,
             format!("a conversion step does one thing; this one has {}", kinds.len()),
-            "write each step as one of `- move: {from, to}`, `- transform: {from, to, toHub, fromHub}`, `- default: {field, value}`",
+            "write each step as one of `- move: {from, to}`, `- transform: {from, to, toHub, fromHub}`, `- default: {field, value}`, `- keyed: {from, to, key}`",
         );
         return None;
     }
@@ -371,6 +400,11 @@ fn compile_step(c: &mut Compiler<'_>, at: &str, step: &Kind<'_>) -> Step {
         Kind::Default(field, value) => Step::Default {
             field: segments(field),
             value: value.clone(),
+        },
+        Kind::Keyed(from, to, key) => Step::Keyed {
+            from: segments(from),
+            to: segments(to),
+            key: key.to_string(),
         },
     }
 }
