@@ -25,6 +25,14 @@ pub enum CrdError {
     },
     #[error("not the leader: the CRD was not written")]
     NotLeader,
+    #[error(
+        "the CRD {name} has several versions, converted by ruleop's webhook, which this ruleop does not serve: run it with --webhook-addr (and --webhook-url or --webhook-service) so that the API server can convert them"
+    )]
+    NoWebhook { name: String },
+    #[error(
+        "the CRD {name} waits for the webhook's certificate, which its conversion webhook is trusted by"
+    )]
+    NoCertificate { name: String },
     #[error("installing the CRD {name}: {source}")]
     Api {
         name: String,
@@ -160,6 +168,24 @@ pub async fn install_rule(
     }
 }
 
+/// `crd` with its conversion webhook where ruleop serves it (unchanged with one version).
+pub fn converted_by(crd: &Value, hook: Option<&super::webhook::Hook>) -> Result<Value, CrdError> {
+    if crd["spec"]["conversion"]["strategy"] != "Webhook" {
+        return Ok(crd.clone());
+    }
+    let name = crd["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let hook = hook.ok_or_else(|| CrdError::NoWebhook { name: name.clone() })?;
+    let ca = hook.ca_bundle().ok_or(CrdError::NoCertificate { name })?;
+    Ok(crate::schema::crd::with_conversion(
+        crd.clone(),
+        hook.client_config.clone(),
+        &ca,
+    ))
+}
+
 /// How long to wait before trying again after `failure`, the `attempt`-th in a row: an
 /// API error backs off from 1 s, doubling, to 5 min; a refused change is looked at again
 /// every 5 min (the stored resources may have been migrated since).
@@ -168,7 +194,7 @@ pub fn retry_after(failure: &CrdError, attempt: u32) -> std::time::Duration {
     let secs = match failure {
         CrdError::Breaking { .. } => MAX,
         // A standby asks nothing: it looks again soon, to be quick once it leads.
-        CrdError::NotLeader => 2,
+        CrdError::NotLeader | CrdError::NoCertificate { .. } => 2,
         _ => 2u64.saturating_pow(attempt.min(16)).min(MAX),
     };
     std::time::Duration::from_secs(secs)
@@ -181,13 +207,18 @@ pub async fn keep_installing(
     client: Client,
     reader: Client,
     new: Value,
+    hook: Option<super::webhook::Hook>,
     fence: std::sync::Arc<Fence>,
     failed: impl Fn(&CrdError),
 ) {
     let mut last = None;
     let mut attempt = 0;
     loop {
-        let e = match install(&client, &reader, &new, &fence).await {
+        let done = match converted_by(&new, hook.as_ref()) {
+            Ok(crd) => install(&client, &reader, &crd, &fence).await,
+            Err(e) => Err(e),
+        };
+        let e = match done {
             Ok(_) => return,
             Err(e) => e,
         };

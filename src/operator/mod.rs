@@ -90,6 +90,7 @@ fn rule_crd(process: &Process, fence: Arc<Fence>) -> Tasks {
         process.client.clone(),
         process.client.clone(),
         crate::rules::object::crd(),
+        None,
         fence,
         failed,
     ))])
@@ -241,6 +242,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         resync: Duration::from_secs(args.resync_seconds),
     });
     let served = webhook::review::Served::new();
+    let mut hook = None;
     let _webhook = match args.webhook_addr {
         Some(addr) => {
             let (ns, name) = args
@@ -256,6 +258,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
                 selector: args.rule_selector.clone(),
                 identity: me.clone(),
             };
+            let h = cfg.hook();
+            hook = Some(h.clone());
             Tasks(
                 webhook::start(
                     cfg,
@@ -263,6 +267,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
                     fence.clone(),
                     served.clone(),
                     args.policy(),
+                    h,
                 )
                 .await?,
             )
@@ -303,6 +308,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         rules: objects.as_ref().map(|o| o.store.clone()),
         clients,
         policy: args.policy(),
+        conversion: hook,
     };
     let rule_api: kube::Api<kube::api::DynamicObject> =
         kube::Api::all_with(process.client.clone(), &objects::resource());

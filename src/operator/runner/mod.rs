@@ -262,6 +262,7 @@ async fn run(
             own.clone(),
             client.clone(),
             rule.crd.clone()?,
+            opts.conversion.clone(),
             opts.process.fence.clone(),
             failed,
         );

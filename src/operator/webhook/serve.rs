@@ -12,6 +12,8 @@ use std::time::Duration;
 
 /// The path the API server posts Rule reviews to.
 pub const PATH: &str = "/validate-rules";
+/// The path the API server posts ConversionReviews to.
+pub use crate::schema::crd::CONVERT_PATH;
 
 /// The largest review read (a Rule is at most a rules file, 1 MiB, and the API server
 /// sends the old object too).
@@ -130,7 +132,8 @@ async fn handle(
     req: Request<Incoming>,
     reviewer: Arc<Reviewer>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
-    if req.method() != hyper::Method::POST || req.uri().path() != PATH {
+    let path = req.uri().path().to_string();
+    if req.method() != hyper::Method::POST || (path != PATH && path != CONVERT_PATH) {
         return Ok(reply(StatusCode::NOT_FOUND, "{}".into()));
     }
     // The whole body within the API server's own wait (a slow sender holds no slot longer).
@@ -143,8 +146,40 @@ async fn handle(
     let Ok(review) = serde_json::from_slice::<serde_json::Value>(&body) else {
         return Ok(reply(StatusCode::BAD_REQUEST, "{}".into()));
     };
+    if path == CONVERT_PATH {
+        return Ok(reply(
+            StatusCode::OK,
+            convert(&review, &reviewer.served).to_string(),
+        ));
+    }
     let answer = review_one(&review, &reviewer).await;
     Ok(reply(StatusCode::OK, answer.to_string()))
+}
+
+/// The answer to a ConversionReview, by the rule in force for the objects' kind.
+fn convert(review: &serde_json::Value, served: &super::review::Served) -> serde_json::Value {
+    let request = &review["request"];
+    let group = request["desiredAPIVersion"]
+        .as_str()
+        .and_then(|v| v.split_once('/'))
+        .map(|(g, _)| g)
+        .unwrap_or_default();
+    let kind = request["objects"][0]["kind"].as_str().unwrap_or_default();
+    let rule = served.converting(group, kind);
+    let started = std::time::Instant::now();
+    let answer = crate::convert::review::answer(review, |g, k| {
+        let r = rule.as_ref().filter(|_| g == group && k == kind)?;
+        Some((r.conversion.as_ref()?, &r.program))
+    });
+    let objects = request["objects"].as_array().map_or(0, Vec::len);
+    let status = answer["response"]["result"]["status"]
+        .as_str()
+        .unwrap_or_default();
+    tracing::debug!(%group, %kind, objects, status, elapsed_ms = started.elapsed().as_millis() as u64, "conversion");
+    if status != "Success" {
+        tracing::warn!(%group, %kind, message = %answer["response"]["result"]["message"], "conversion failed");
+    }
+    answer
 }
 
 /// The answer to one review: refused as busy if its turn does not come in time (never
