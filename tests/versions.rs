@@ -21,6 +21,38 @@ fn get(ns: &str, version: &str, name: &str) -> Option<Value> {
     get_json(&format!("gateways.{version}.versions.ruleop.dev"), ns, name)
 }
 
+/// The kind's resources and CRD deleted while ruleop still serves the conversions (with
+/// no replica up, the API server cannot delete the resources stored in another version,
+/// and the CRD stays Terminating), then ruleop stopped.
+fn cleanup(op: Operator, crd: &str, ns: &str, hook: &str) {
+    let group = crd.split_once('.').unwrap().1;
+    let _ = kubectl(
+        &[
+            "delete",
+            &format!("gateways.{group}"),
+            "--all",
+            "-n",
+            ns,
+            "--timeout=60s",
+        ],
+        None,
+    );
+    let _ = kubectl(
+        &["delete", "crd", crd, "--ignore-not-found", "--timeout=60s"],
+        None,
+    );
+    drop(op);
+    let _ = kubectl(
+        &[
+            "delete",
+            "validatingwebhookconfiguration",
+            hook,
+            "--ignore-not-found",
+        ],
+        None,
+    );
+}
+
 #[tokio::test]
 async fn resources_of_every_version_converge_and_read_as_each_other() {
     let client = common::client().await;
@@ -209,4 +241,120 @@ async fn resources_of_every_version_converge_and_read_as_each_other() {
         &["delete", "crd", CRD, "--ignore-not-found", "--wait=false"],
         None,
     );
+}
+
+#[tokio::test]
+async fn a_new_storage_version_migrates_the_stored_objects_and_trims_stored_versions() {
+    const CRD: &str = "gateways.storage.ruleop.dev";
+    let client = common::client().await;
+    let _ = kubectl(
+        &["delete", "crd", CRD, "--ignore-not-found", "--timeout=60s"],
+        None,
+    );
+    let ns = common::namespace(&client, "e2e-storage").await;
+    let port = common::free_port();
+    let (addr, url) = (
+        format!("127.0.0.1:{port}"),
+        format!("https://127.0.0.1:{port}/validate-rules"),
+    );
+    let (hook, selector) = (format!("ruleop-{ns}"), format!("ruleop.dev/test={ns}"));
+    let fixture = include_str!("fixtures/versions/gateway.yaml")
+        .replace("versions.ruleop.dev", "storage.ruleop.dev");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gateway.yaml");
+    let stored_in =
+        |v: &str| fixture.replace("  versions:\n", &format!("  storage: {v}\n  versions:\n"));
+    std::fs::write(&file, stored_in("v1alpha1")).unwrap();
+    let op = Operator::start(
+        &ns,
+        &[dir.path().to_str().unwrap()],
+        &[
+            "--install-crds",
+            "--rules-poll-seconds",
+            "1",
+            "--lease-namespace",
+            &ns,
+            "--webhook-addr",
+            &addr,
+            "--webhook-url",
+            &url,
+            "--webhook-name",
+            &hook,
+            "--rule-selector",
+            &selector,
+        ],
+    );
+    let stored = || get_json("crd", "", CRD).map(|c| c["status"]["storedVersions"].clone());
+    eventually(T, "the CRD stored in v1alpha1", || async {
+        (stored()? == json!(["v1alpha1"])).then_some(())
+    })
+    .await;
+    let gw = |name: &str, version: &str, spec: Value| {
+        json!({"apiVersion": format!("storage.ruleop.dev/{version}"), "kind": "Gateway",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec})
+        .to_string()
+    };
+    eventually(T, "the webhook serves", || async {
+        kubectl(
+            &["apply", "-f", "-"],
+            Some(&gw("a", "v1alpha1", json!({"host": "a.example.com"}))),
+        )
+        .0
+        .then_some(())
+    })
+    .await;
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&gw(
+            "b",
+            "v1",
+            json!({"listener": {"host": "b.example.com"}}),
+        )),
+    );
+    let children = eventually(T, "both rendered", || async {
+        let a = get_json("configmap", &ns, "a-gateway")?;
+        let b = get_json("configmap", &ns, "b-gateway")?;
+        Some([a["metadata"]["uid"].clone(), b["metadata"]["uid"].clone()])
+    })
+    .await;
+
+    // The rule now stores v1: ruleop applies the CRD, writes both objects again, and
+    // trims storedVersions.
+    std::fs::write(&file, stored_in("v1")).unwrap();
+    eventually(T, "storedVersions trimmed to v1", || async {
+        (stored()? == json!(["v1"])).then_some(())
+    })
+    .await;
+    let crd = get_json("crd", "", CRD).unwrap();
+    let storage: Vec<&str> = crd["spec"]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["storage"] == true)
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(storage, ["v1"]);
+    // The children were not made again, and say what they said.
+    for (name, uid, listen) in [
+        ("a", &children[0], "a.example.com:80"),
+        ("b", &children[1], "b.example.com:80"),
+    ] {
+        let c = get_json("configmap", &ns, &format!("{name}-gateway")).unwrap();
+        assert_eq!(
+            &c["metadata"]["uid"], uid,
+            "{name}'s ConfigMap was not replaced"
+        );
+        assert_eq!(c["data"]["listen"], listen);
+    }
+    // Both read in every version as before.
+    assert_eq!(
+        get_json("gateways.v1alpha1.storage.ruleop.dev", &ns, "b").unwrap()["spec"]["host"],
+        "b.example.com"
+    );
+    assert_eq!(
+        get_json("gateways.v1.storage.ruleop.dev", &ns, "a").unwrap()["spec"]["listener"]["host"],
+        "a.example.com"
+    );
+
+    cleanup(op, CRD, &ns, &hook);
 }

@@ -223,7 +223,9 @@ pub async fn keep_installing(
             Err(e) => e,
         };
         let text = e.to_string();
-        if last.as_ref() != Some(&text) && !matches!(e, CrdError::NotLeader) {
+        if last.as_ref() != Some(&text)
+            && !matches!(e, CrdError::NotLeader | CrdError::NoCertificate { .. })
+        {
             failed(&e);
             // A new failure starts its backoff afresh.
             attempt = 0;

@@ -15,6 +15,7 @@ pub mod args;
 pub mod crds;
 pub mod inventory;
 pub mod metrics_auth;
+pub mod migrate;
 pub mod objects;
 pub mod release;
 pub mod reload;

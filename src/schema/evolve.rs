@@ -55,6 +55,15 @@ pub fn breaking_changes(old: &Value, new: &Value, stored: Option<&[Value]>) -> V
             });
             continue;
         };
+        let still_stored = old["status"]["storedVersions"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|v| v == &ov["name"]));
+        if ov["served"] == true && nv["served"] == false && still_stored {
+            out.push(Breaking {
+                at: name.clone(),
+                reason: "the version stops being served while objects are still stored in it (status.storedVersions): make another the storage version, and stop serving this one once ruleop's storage migration has trimmed storedVersions".into(),
+            });
+        }
         let root = |v: &Value| v["schema"]["openAPIV3Schema"].clone();
         let objects: Option<Vec<&Value>> = stored.map(|s| {
             s.iter()
@@ -293,6 +302,23 @@ mod tests {
 
     fn spec(props: Value) -> Value {
         json!({"type": "object", "properties": props})
+    }
+
+    #[test]
+    fn a_version_still_stored_keeps_being_served() {
+        let mut old = crd(json!({"type": "object"}), &["v1", "v2"]);
+        old["spec"]["versions"][0]["served"] = json!(true);
+        old["status"]["storedVersions"] = json!(["v1", "v2"]);
+        let mut new = old.clone();
+        new["spec"]["versions"][0]["served"] = json!(false);
+        let out = breaking_changes(&old, &new, None);
+        assert!(
+            out.iter()
+                .any(|b| b.at == "v1" && b.reason.contains("still stored")),
+            "{out:?}"
+        );
+        old["status"]["storedVersions"] = json!(["v2"]);
+        assert!(breaking_changes(&old, &new, None).is_empty());
     }
 
     #[test]

@@ -268,6 +268,14 @@ async fn run(
         );
         Some(AbortOnDrop(tokio::spawn(install)))
     });
+    // A kind in several versions: its objects move to a new storage version.
+    let _migrate = (opts.install_crds && rule.conversion.is_some()).then(|| {
+        AbortOnDrop(tokio::spawn(super::migrate::keep_migrating(
+            own.clone(),
+            rule.clone(),
+            opts.process.fence.clone(),
+        )))
+    });
     let w = &rule.watch;
     let what = format!("{}/{} {}", w.group, w.version, w.resource);
     let Some(parent) = wait_for(&what, opts.discovery_retry, &stop, || {
