@@ -169,7 +169,7 @@ fn every_object_of_every_version_round_trips_through_every_other() {
                 if rng.u8(..4) == 0 {
                     obj["metadata"]["annotations"] = json!({"team": word(&mut rng)});
                 }
-                for (to, _) in &all {
+                for (to, _) in all.iter().filter(|(to, _)| to != from) {
                     let there = ruleop::convert::convert(c, &rule.program, &obj, to)
                         .unwrap_or_else(|e| {
                             panic!("seed {seed}: {} {from} → {to}: {e}\n{obj:#}", rule.name)
@@ -194,5 +194,6 @@ fn every_object_of_every_version_round_trips_through_every_other() {
         }
     }
     eprintln!("{trips} round trips, seed {seed}");
-    assert!(trips >= 2 * OBJECTS * 4);
+    // WebSite: 2 versions, 2 trips each; Gateway: 3 versions, 6 trips.
+    assert!(trips >= OBJECTS * 8, "{trips}");
 }

@@ -358,3 +358,163 @@ async fn a_new_storage_version_migrates_the_stored_objects_and_trims_stored_vers
 
     cleanup(op, CRD, &ns, &hook);
 }
+
+/// A percentile of `times` (sorted here).
+fn percentile(times: &mut [Duration], p: f64) -> Duration {
+    times.sort();
+    let i = ((times.len() as f64 * p).ceil() as usize).clamp(1, times.len()) - 1;
+    times[i]
+}
+
+/// The conversion webhook's cost, as the API server adds it to a LIST: N Gateways stored
+/// in v1 listed as v1alpha1 (each converted by ruleop) and as v1 (none), side by side.
+/// Prints the figures (N: RULEOP_CONVERSION_N, 50 here, 1,000 in `make test-long`).
+#[tokio::test]
+async fn conversion_latency_of_a_list_side_by_side() {
+    const CRD: &str = "gateways.latency.ruleop.dev";
+    let n: usize = std::env::var("RULEOP_CONVERSION_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let client = common::client().await;
+    let _ = kubectl(
+        &["delete", "crd", CRD, "--ignore-not-found", "--timeout=60s"],
+        None,
+    );
+    let ns = common::namespace(&client, "e2e-latency").await;
+    let port = common::free_port();
+    let (addr, url) = (
+        format!("127.0.0.1:{port}"),
+        format!("https://127.0.0.1:{port}/validate-rules"),
+    );
+    let (hook, selector) = (format!("ruleop-{ns}"), format!("ruleop.dev/test={ns}"));
+    let dir = tempfile::tempdir().unwrap();
+    // The rule without children: only the conversions are measured.
+    let fixture = include_str!("fixtures/versions/gateway.yaml")
+        .replace("versions.ruleop.dev", "latency.ruleop.dev");
+    let rule = &fixture[..fixture.find("children:").unwrap()];
+    std::fs::write(
+        dir.path().join("gateway.yaml"),
+        format!("{rule}children: []\n"),
+    )
+    .unwrap();
+    let op = Operator::start(
+        &ns,
+        &[dir.path().to_str().unwrap()],
+        &[
+            "--install-crds",
+            "--lease-namespace",
+            &ns,
+            "--webhook-addr",
+            &addr,
+            "--webhook-url",
+            &url,
+            "--webhook-name",
+            &hook,
+            "--rule-selector",
+            &selector,
+        ],
+    );
+    eventually(T, "the CRD with its webhook", || async {
+        let crd = get_json("crd", "", CRD)?;
+        crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"]
+            .is_string()
+            .then_some(())
+    })
+    .await;
+    let items: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"apiVersion": "latency.ruleop.dev/v1", "kind": "Gateway",
+            "metadata": {"name": format!("g{i}"), "namespace": ns},
+            "spec": {"listener": {"host": format!("g{i}.example.com"), "port": 8000 + (i % 1000)},
+                "timeout": "30s", "routes": {"a": {"target": "x"}, "b": {"target": "y"}}}})
+        })
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
+    eventually(T, "the Gateways created", || async {
+        kubectl(&["apply", "--server-side", "-f", "-"], Some(&list))
+            .0
+            .then_some(())
+    })
+    .await;
+    let api = |version: &str| {
+        let ar = kube::discovery::ApiResource {
+            group: "latency.ruleop.dev".into(),
+            version: version.into(),
+            api_version: format!("latency.ruleop.dev/{version}"),
+            kind: "Gateway".into(),
+            plural: "gateways".into(),
+        };
+        kube::Api::<kube::api::DynamicObject>::namespaced_with(client.clone(), &ns, &ar)
+    };
+    let (v1, alpha) = (api("v1"), api("v1alpha1"));
+    let mut times: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..30 {
+        for (i, a) in [&v1, &alpha].into_iter().enumerate() {
+            let started = std::time::Instant::now();
+            let got = a.list(&kube::api::ListParams::default()).await.unwrap();
+            let took = started.elapsed();
+            assert_eq!(got.items.len(), n);
+            if i == 1 {
+                let spec = &got.items[0].data["spec"];
+                assert!(
+                    spec["host"].is_string() && spec["routes"].is_array(),
+                    "converted: {spec}"
+                );
+            }
+            if round > 0 {
+                times[i].push(took);
+            }
+        }
+    }
+    let [mut plain, mut converted] = times;
+    let (p50, p99) = (percentile(&mut plain, 0.5), percentile(&mut plain, 0.99));
+    let (c50, c99) = (
+        percentile(&mut converted, 0.5),
+        percentile(&mut converted, 0.99),
+    );
+    println!(
+        "LIST of {n} Gateways, 29 rounds: as v1 (stored, no conversion) p50 {p50:?} p99 {p99:?}; as v1alpha1 (converted by ruleop's webhook) p50 {c50:?} p99 {c99:?}"
+    );
+    // The webhook itself: one ConversionReview of the N objects, posted over HTTPS 50
+    // times (curl's own time of each request).
+    let objects: Vec<Value> = v1
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|o| serde_json::to_value(o).unwrap())
+        .collect();
+    let review = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+        "request": {"uid": "bench", "desiredAPIVersion": "latency.ruleop.dev/v1alpha1", "objects": objects}});
+    let body = dir.path().join("review.json");
+    std::fs::write(&body, review.to_string()).unwrap();
+    let mut posts = Vec::new();
+    for _ in 0..50 {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sk",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code} %{time_total}",
+                "-H",
+                "Content-Type: application/json",
+                "--data-binary",
+                &format!("@{}", body.display()),
+                &format!("https://127.0.0.1:{port}/convert"),
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (code, secs) = text.split_once(' ').unwrap();
+        assert_eq!(code, "200", "{text}");
+        posts.push(Duration::from_secs_f64(secs.parse().unwrap()));
+    }
+    let (w50, w99) = (percentile(&mut posts, 0.5), percentile(&mut posts, 0.99));
+    println!(
+        "ConversionReview of {n} objects posted to the webhook, 50 times: p50 {w50:?} p99 {w99:?}"
+    );
+    cleanup(op, CRD, &ns, &hook);
+}

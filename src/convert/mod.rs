@@ -86,7 +86,14 @@ fn to_hub(
     let mut spec = json!({});
     let mut lost = Map::new();
     for step in &s.steps {
-        forward(step, &mut rest, &mut spec, &mut lost, program, &s.name)?;
+        forward(
+            step,
+            &mut rest,
+            &mut spec,
+            &mut lost,
+            program,
+            (&s.name, &c.hub_schema),
+        )?;
     }
     let kept = paths::split(rest, &c.hub_schema, "spec", &mut lost);
     merge(&mut spec, kept);
@@ -111,21 +118,23 @@ fn forward(
     spec: &mut Value,
     lost: &mut Map<String, Value>,
     program: &Program,
-    version: &str,
+    (version, hub_schema): (&str, &Value),
 ) -> Result<(), ConvertError> {
     match step {
         Step::Move { from, to } => {
             if let Some(v) = take(rest, from) {
-                set(spec, to, v);
+                place(spec, (to, from), v, hub_schema, lost);
             }
         }
         Step::Transform {
             from, to, to_hub, ..
         } => {
             if let Some(v) = take(rest, from) {
-                let v = eval(program, to_hub, v, version)?;
-                if !v.is_null() {
-                    set(spec, to, v);
+                let out = eval(program, to_hub, v.clone(), version)?;
+                if out.is_null() {
+                    lost.insert(dotted(from), v);
+                } else {
+                    place(spec, (to, from), out, hub_schema, lost);
                 }
             }
         }
@@ -156,41 +165,9 @@ fn from_hub(
     let mut rest = out.get_mut("spec").map(Value::take).unwrap_or(json!({}));
     let mut spec = json!({});
     let mut lost = Map::new();
-    for step in &s.steps {
-        match step {
-            Step::Move { from, to } => {
-                if let Some(v) = take(&mut rest, to) {
-                    set(&mut spec, from, v);
-                }
-            }
-            Step::Transform {
-                from, to, from_hub, ..
-            } => {
-                if let Some(v) = take(&mut rest, to) {
-                    let v = eval(program, from_hub, v, &s.name)?;
-                    if !v.is_null() {
-                        set(&mut spec, from, v);
-                    }
-                }
-            }
-            Step::Keyed { from, to, key } => {
-                if let Some(v) = take(&mut rest, to) {
-                    let list = keyed::to_list(v, key).map_err(|r| keyed_error(&s.name, to, r))?;
-                    set(&mut spec, from, list);
-                }
-            }
-            // The hub's value comes back from the default, unless it was another, or
-            // none.
-            Step::Default { field, value } => match take(&mut rest, field) {
-                Some(v) if &v != value => {
-                    lost.insert(format!("spec.{}", field.join(".")), v);
-                }
-                Some(_) => {}
-                None => {
-                    lost.insert(format!("{ABSENT}spec.{}", field.join(".")), json!(true));
-                }
-            },
-        }
+    // Undone in the reverse order, so that steps on nested paths undo as they were done.
+    for step in s.steps.iter().rev() {
+        backward(step, &mut rest, &mut spec, &mut lost, program, s)?;
     }
     let kept = paths::split(rest, &s.schema, "spec", &mut lost);
     merge(&mut spec, kept);
@@ -198,6 +175,74 @@ fn from_hub(
     keep_aside(&mut out, &c.hub, lost);
     finish(&mut out, spec, had_spec);
     Ok(out)
+}
+
+/// One step from the hub: from the hub's fields (`rest`) into the spoke's (`spec`).
+fn backward(
+    step: &Step,
+    rest: &mut Value,
+    spec: &mut Value,
+    lost: &mut Map<String, Value>,
+    program: &Program,
+    s: &Spoke,
+) -> Result<(), ConvertError> {
+    match step {
+        Step::Move { from, to } => {
+            if let Some(v) = take(rest, to) {
+                place(spec, (from, to), v, &s.schema, lost);
+            }
+        }
+        Step::Transform {
+            from, to, from_hub, ..
+        } => {
+            if let Some(v) = take(rest, to) {
+                let out = eval(program, from_hub, v.clone(), &s.name)?;
+                if out.is_null() {
+                    lost.insert(dotted(to), v);
+                } else {
+                    place(spec, (from, to), out, &s.schema, lost);
+                }
+            }
+        }
+        Step::Keyed { from, to, key } => {
+            if let Some(v) = take(rest, to) {
+                let list = keyed::to_list(v, key).map_err(|r| keyed_error(&s.name, to, r))?;
+                set(spec, from, list);
+            }
+        }
+        // The hub's value comes back from the default, unless it was another, or none.
+        Step::Default { field, value } => match take(rest, field) {
+            Some(v) if &v != value => {
+                lost.insert(dotted(field), v);
+            }
+            Some(_) => {}
+            None => {
+                lost.insert(format!("{ABSENT}{}", dotted(field)), json!(true));
+            }
+        },
+    }
+    Ok(())
+}
+
+/// `spec.` and the path, dotted.
+fn dotted(path: &[String]) -> String {
+    format!("spec.{}", path.join("."))
+}
+
+/// Sets `path` to `v`, but for what the target schema has no place for at that path:
+/// kept aside, under the path it came from (`came_from`), for its own version.
+fn place(
+    spec: &mut Value,
+    (path, came_from): (&[String], &[String]),
+    v: Value,
+    schema: &Value,
+    lost: &mut Map<String, Value>,
+) {
+    let at = path
+        .iter()
+        .fold(schema, |s, k| &s["properties"][k.as_str()]);
+    let v = paths::split(v, at, &dotted(came_from), lost);
+    set(spec, path, v);
 }
 
 fn finish(out: &mut Value, spec: Value, had_spec: bool) {

@@ -198,3 +198,34 @@ fn the_crd_lists_every_version_with_the_conversion_webhook() {
         json!({"url": "https://127.0.0.1:9443", "caBundle": "Q0E="})
     );
 }
+
+#[test]
+fn a_moved_object_keeps_aside_what_its_new_place_has_no_field_for() {
+    let text = "name: s\nwatch: {group: x.io, version: v1, resource: ss}\nschema:\n  kind: S\n  spec:\n    service:\n      type: string\n      annotations: map[string]string\n  versions:\n    - name: v1alpha1\n      spec:\n        svc:\n          type: string\n      convert:\n        - move: {from: spec.svc, to: spec.service}\n        - default: {field: spec.service.annotations, value: {}}\nchildren: []\n";
+    let r = crate::rules::testing::rule(text);
+    let c = r.conversion.as_ref().unwrap();
+    let hub = json!({"apiVersion": "x.io/v1", "kind": "S", "metadata": {"name": "a"},
+        "spec": {"service": {"type": "LoadBalancer", "annotations": {"lb": "internal"}}}});
+    let spoke = convert(c, &r.program, &hub, "v1alpha1").unwrap();
+    assert_eq!(
+        spoke["spec"],
+        json!({"svc": {"type": "LoadBalancer"}}),
+        "only what v1alpha1 has"
+    );
+    assert_eq!(convert(c, &r.program, &spoke, "v1").unwrap(), hub);
+}
+
+#[test]
+fn a_transform_that_gives_none_keeps_the_value_aside() {
+    let text = RULE.replace("fromHub: \"value | list\"", "fromHub: \"none\"");
+    let r = crate::rules::testing::rule(&text);
+    let c = r.conversion.as_ref().unwrap();
+    let hub = json!({"apiVersion": "x.io/v1", "kind": "Site", "metadata": {"name": "a"},
+        "spec": {"hosts": {"a": 1}}});
+    let spoke = convert(c, &r.program, &hub, "v1alpha1").unwrap();
+    assert!(spoke["spec"].get("hosts").is_none());
+    assert_eq!(
+        convert(c, &r.program, &spoke, "v1").unwrap()["spec"]["hosts"],
+        json!({"a": 1})
+    );
+}

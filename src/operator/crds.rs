@@ -168,9 +168,14 @@ pub async fn install_rule(
     }
 }
 
+/// Whether `crd` says its versions convert through a webhook.
+fn converted(crd: &Value) -> bool {
+    crd["spec"]["conversion"]["strategy"] == "Webhook"
+}
+
 /// `crd` with its conversion webhook where ruleop serves it (unchanged with one version).
 pub fn converted_by(crd: &Value, hook: Option<&super::webhook::Hook>) -> Result<Value, CrdError> {
-    if crd["spec"]["conversion"]["strategy"] != "Webhook" {
+    if !converted(crd) {
         return Ok(crd.clone());
     }
     let name = crd["metadata"]["name"]
@@ -219,7 +224,18 @@ pub async fn keep_installing(
             Err(e) => Err(e),
         };
         let e = match done {
-            Ok(_) => return,
+            // A CRD converted by ruleop's webhook is written again when the webhook's CA
+            // changes (a new Secret): the API server must trust the new certificate.
+            Ok(_) => match hook.as_ref().filter(|_| converted(&new)) {
+                Some(h) => {
+                    let used = h.ca_bundle();
+                    while h.ca_bundle() == used {
+                        tokio::time::sleep(std::time::Duration::from_secs(15)).await;
+                    }
+                    continue;
+                }
+                None => return,
+            },
             Err(e) => e,
         };
         let text = e.to_string();

@@ -58,6 +58,7 @@ pub async fn keep_migrating(client: kube::Client, rule: Arc<CompiledRule>, fence
             change = changes.next() => if change.is_none() { return },
             _ = backstop.tick() => {}
         }
+        let mut wait = SOON;
         while fence.holds() {
             match once(&client, &rule, &name, &fence).await {
                 Ok(Outcome::Migrated { objects, from }) => {
@@ -67,8 +68,9 @@ pub async fn keep_migrating(client: kube::Client, rule: Arc<CompiledRule>, fence
                 Ok(Outcome::Done | Outcome::NotYet) => break,
                 Err(kube::Error::Api(e)) if e.code == 404 => break,
                 Err(e) => {
-                    tracing::warn!(crd = %name, error = %e, "storage migration stopped; trying again");
-                    tokio::time::sleep(SOON).await;
+                    tracing::warn!(crd = %name, error = %e, retry_in_s = wait.as_secs(), "storage migration stopped; trying again");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(AGAIN);
                 }
             }
         }
@@ -116,10 +118,14 @@ pub async fn once(
     if !fence.holds() {
         return Ok(Outcome::NotYet);
     }
+    // Only if the CRD is still as read (a storage version changed again meanwhile may
+    // have stored objects in a version this would drop): a conflict looks again.
+    let read_at = crd.metadata.resource_version.clone();
     crds.patch_status(
         name,
         &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"storedVersions": [storage]}})),
+        &Patch::Merge(json!({"metadata": {"resourceVersion": read_at},
+            "status": {"storedVersions": [storage]}})),
     )
     .await?;
     let from = stored.into_iter().filter(|v| *v != storage).collect();

@@ -217,6 +217,7 @@ pub async fn start(
                     policy,
                     client,
                     at_once: tokio::sync::Semaphore::new(serve::REVIEWS_AT_ONCE),
+                    converting: tokio::sync::Semaphore::new(2),
                 });
                 match tokio::net::TcpListener::from_std(listener) {
                     Ok(l) => serve::serve(l, serving_current, reviewer).await,

@@ -18,6 +18,8 @@ pub use crate::schema::crd::CONVERT_PATH;
 /// The largest review read (a Rule is at most a rules file, 1 MiB, and the API server
 /// sends the old object too).
 const MAX_BODY: usize = 3 * 1024 * 1024;
+/// The largest ConversionReview taken: a page of a list of large objects.
+const MAX_CONVERT_BODY: usize = 64 * 1024 * 1024;
 
 /// The certificate served now.
 #[derive(Debug, Default)]
@@ -60,6 +62,8 @@ pub struct Reviewer {
     pub client: kube::Client,
     /// Reviews under way at once (each compiles a Rule of up to 1 MiB).
     pub at_once: tokio::sync::Semaphore,
+    /// Conversions under way at once.
+    pub converting: tokio::sync::Semaphore,
 }
 
 /// Reviews compiling at once; connections open at once.
@@ -137,7 +141,13 @@ async fn handle(
         return Ok(reply(StatusCode::NOT_FOUND, "{}".into()));
     }
     // The whole body within the API server's own wait (a slow sender holds no slot longer).
-    let read = Limited::new(req.into_body(), MAX_BODY).collect();
+    // A ConversionReview holds a whole page of a list: larger.
+    let limit = if path == CONVERT_PATH {
+        MAX_CONVERT_BODY
+    } else {
+        MAX_BODY
+    };
+    let read = Limited::new(req.into_body(), limit).collect();
     let body = match tokio::time::timeout(READ_BODY, read).await {
         Ok(Ok(b)) => b.to_bytes(),
         Ok(Err(_)) => return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, "{}".into())),
