@@ -41,9 +41,9 @@ check-rules:
 	$(CARGO) run --quiet -- check --rules rules/
 
 ## test-long: the fault tests at full size (1000 resources through the outage, 2 minutes of steady state)
-## and the churn test at full size (2000 steps, a minute of quiet after).
+## the churn test at full size (2000 steps, a minute of quiet after), and the conversion latency of 1,000-object lists.
 test-long:
-	RULEOP_FAULT_N=1000 RULEOP_STEADY_SECONDS=120 RULEOP_CHURN_STEPS=2000 RULEOP_CHURN_QUIET_SECONDS=60 tests/run.sh
+	RULEOP_FAULT_N=1000 RULEOP_CONVERSION_N=1000 RULEOP_STEADY_SECONDS=120 RULEOP_CHURN_STEPS=2000 RULEOP_CHURN_QUIET_SECONDS=60 tests/run.sh
 
 ## fuzz: each cargo-fuzz target for FUZZ_SECONDS (needs the nightly toolchain and cargo-fuzz). New inputs go to
 ## fuzz/work/ (ignored); the committed seed corpus in fuzz/corpus/ stays small.

@@ -16,6 +16,7 @@ pub mod apply;
 pub mod cache;
 pub mod cli;
 pub mod client;
+pub mod convert;
 pub mod events;
 pub mod lifecycle;
 pub mod metrics;

@@ -217,6 +217,17 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
                 {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "resourceNames": names, "verbs": ["get", "patch", "list", "watch"]},
                 {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["create"]},
             ]}));
+        // A kind in several versions: its storage migrated (every object written again,
+        // `storedVersions` trimmed).
+        for r in rules.iter().filter(|r| r.conversion.is_some()) {
+            let Some(crd) = r.crd.as_ref().and_then(|c| c["metadata"]["name"].as_str()) else {
+                continue;
+            };
+            if let Some(list) = out.last_mut().and_then(|c| c["rules"].as_array_mut()) {
+                list.push(json!({"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions/status"], "resourceNames": [crd], "verbs": ["patch"]}));
+                list.push(json!({"apiGroups": [r.watch.group], "resources": [r.watch.resource], "verbs": ["list", "update"]}));
+            }
+        }
         out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": crds},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": crds}, "subjects": subject}));
     }

@@ -28,3 +28,28 @@ mod tests {
         assert_eq!(edit_distance("", "abc"), 3);
     }
 }
+
+/// The candidate nearest to `word` (case aside), if it is near enough to be a likely
+/// mistake for it: at most a third of its length, and at least 2, apart.
+pub fn closest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let w = word.to_lowercase();
+    let limit = (word.chars().count() / 3).max(2);
+    candidates
+        .map(|c| (edit_distance(&w, &c.to_lowercase()), c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, c)| (*d, *c))
+        .map(|(_, c)| c)
+}
+
+#[cfg(test)]
+mod closest_tests {
+    #[test]
+    fn the_nearest_within_a_third_of_the_word() {
+        let c = ["spec.service.type", "spec.replicas"];
+        assert_eq!(
+            super::closest("spec.serviceType", c.into_iter()),
+            Some("spec.service.type")
+        );
+        assert_eq!(super::closest("spec.zzz", c.into_iter()), None);
+    }
+}

@@ -709,3 +709,46 @@ fn diff_to_a_new_default_leaves_the_stored_resources_alone() {
     assert_eq!(code, 1, "something would change: {out}{err}");
     assert!(out.contains("pods that would restart): 1"), "{out}");
 }
+
+#[test]
+fn render_converts_a_resource_written_in_another_version_of_the_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let cr = dir.path().join("old.yaml");
+    std::fs::write(
+        &cr,
+        "apiVersion: sre.example.com/v1alpha1\nkind: WebSite\nmetadata: {name: shop, namespace: default}\nspec: {image: nginx, serviceType: NodePort}\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = ruleop(&[
+        "render",
+        "--rules",
+        "examples/versions/website.yaml",
+        cr.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("type: NodePort"), "{stdout}");
+    assert!(
+        stdout.contains("replicas: 2"),
+        "v1alpha1's default: {stdout}"
+    );
+}
+
+#[test]
+fn moving_the_seed_website_to_two_versions_changes_no_child() {
+    // The seed rule (v1alpha1) to the two-version one (v1 watched, v1alpha1 converted):
+    // every WebSite keeps its children as they are.
+    let (code, stdout, stderr) = ruleop(&[
+        "diff",
+        "--rules",
+        "rules/website.yaml",
+        "--to",
+        "examples/versions/website.yaml",
+        "examples/website.yaml",
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("0 created, 0 changed, 0 deleted")
+            && stdout.contains("pods that would restart): 0"),
+        "{stdout}"
+    );
+}

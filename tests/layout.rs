@@ -19,6 +19,7 @@ const LAYERS: &[&str] = &[
     "rules",
     "access",
     "render",
+    "convert",
     "apply",
     "status",
     "rollout",

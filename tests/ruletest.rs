@@ -9,10 +9,11 @@ fn ruleop(args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn test_runs_the_shipped_rules_tests_and_a_broken_rule_fails_with_a_diff() {
-    let (code, stdout, stderr) = ruleop(&["test", "rules/", "tests/fixtures/"]);
+    let (code, stdout, stderr) =
+        ruleop(&["test", "rules/", "tests/fixtures/", "examples/versions/"]);
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(
-        stdout.contains("test result: ok. 14 passed; 0 failed"),
+        stdout.contains("test result: ok. 19 passed; 0 failed"),
         "{stdout}"
     );
     // The figure, printed (not asserted): the whole suite runs with no cluster.

@@ -163,7 +163,16 @@ fn offline(args: &DiffArgs) -> anyhow::Result<Tally> {
             // The resource as the cluster stores it: the API server applied the kind's
             // defaults when it was written, so a default the new rule changes does not
             // reach it; a field it still lacks takes the new one.
-            let stored = defaulted(r_old, &cr, &crds);
+            // Each rule reads the resource in the version it watches (converted by its
+            // rule's conversion when written in another).
+            let watched = |r: &CompiledRule, cr: &Value| -> anyhow::Result<Value> {
+                match crate::ruletest::versions::written_in(r, cr) {
+                    Some(v) if v != r.watch.version => crate::ruletest::versions::to_watched(r, cr)
+                        .map_err(|e| anyhow::anyhow!("rule `{}`: {e}", r.name)),
+                    _ => Ok(cr.clone()),
+                }
+            };
+            let stored = defaulted(r_old, &watched(r_old, &cr)?, &crds);
             let before = simulate(r_old, &stored, &observed);
             // What the old rule made: its render over the objects given.
             let mut live: Vec<Value> = observed.clone();
@@ -182,7 +191,11 @@ fn offline(args: &DiffArgs) -> anyhow::Result<Tally> {
                 .collect();
             // The new rule's own schema is the CRD it installs; without one, the cluster's.
             let new_crds: &[Value] = if r_new.crd.is_some() { &[] } else { &crds };
-            let after = simulate(r_new, &defaulted(r_new, &stored, new_crds), &observed);
+            let after = simulate(
+                r_new,
+                &defaulted(r_new, &watched(r_new, &stored)?, new_crds),
+                &observed,
+            );
             let d = match &after.plan {
                 Ok(plan) => compare(plan, &children, Before::Render),
                 Err(e) => ResourceDiff {

@@ -32,8 +32,18 @@ pub(super) fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
     let mut failed = false;
     for cr in &crs {
         let rule = pick_rule(&loaded, args.rule.as_deref(), cr)?;
-        // The CRD's defaults first, as the API server applies them when it stores the resource.
+        // The CRD's defaults first, as the API server applies them when it stores the
+        // resource; one written in another version of the kind is converted to the
+        // watched one first (its own version's defaults applied), as ruleop's webhook would.
         let mut defaulted = cr.clone();
+        let watched = &rule.watch.version;
+        if let Some(v) = crate::ruletest::versions::written_in(rule, cr).filter(|v| v != watched) {
+            if let Some(schema) = crate::ruletest::versions::schema_of(rule, v) {
+                rules::crd::apply_defaults(&mut defaulted, schema);
+            }
+            defaulted = crate::ruletest::versions::to_watched(rule, &defaulted)
+                .map_err(|e| anyhow::anyhow!("rule `{}`: {e}", rule.name))?;
+        }
         if let Some(schema) = rules::crd::schema_of(rule, &crds) {
             rules::crd::apply_defaults(&mut defaulted, schema);
         }

@@ -25,6 +25,14 @@ pub enum CrdError {
     },
     #[error("not the leader: the CRD was not written")]
     NotLeader,
+    #[error(
+        "the CRD {name} has several versions, converted by ruleop's webhook, which this ruleop does not serve: run it with --webhook-addr (and --webhook-url or --webhook-service) so that the API server can convert them"
+    )]
+    NoWebhook { name: String },
+    #[error(
+        "the CRD {name} waits for the webhook's certificate, which its conversion webhook is trusted by"
+    )]
+    NoCertificate { name: String },
     #[error("installing the CRD {name}: {source}")]
     Api {
         name: String,
@@ -160,6 +168,29 @@ pub async fn install_rule(
     }
 }
 
+/// Whether `crd` says its versions convert through a webhook.
+fn converted(crd: &Value) -> bool {
+    crd["spec"]["conversion"]["strategy"] == "Webhook"
+}
+
+/// `crd` with its conversion webhook where ruleop serves it (unchanged with one version).
+pub fn converted_by(crd: &Value, hook: Option<&super::webhook::Hook>) -> Result<Value, CrdError> {
+    if !converted(crd) {
+        return Ok(crd.clone());
+    }
+    let name = crd["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let hook = hook.ok_or_else(|| CrdError::NoWebhook { name: name.clone() })?;
+    let ca = hook.ca_bundle().ok_or(CrdError::NoCertificate { name })?;
+    Ok(crate::schema::crd::with_conversion(
+        crd.clone(),
+        hook.client_config.clone(),
+        &ca,
+    ))
+}
+
 /// How long to wait before trying again after `failure`, the `attempt`-th in a row: an
 /// API error backs off from 1 s, doubling, to 5 min; a refused change is looked at again
 /// every 5 min (the stored resources may have been migrated since).
@@ -168,7 +199,7 @@ pub fn retry_after(failure: &CrdError, attempt: u32) -> std::time::Duration {
     let secs = match failure {
         CrdError::Breaking { .. } => MAX,
         // A standby asks nothing: it looks again soon, to be quick once it leads.
-        CrdError::NotLeader => 2,
+        CrdError::NotLeader | CrdError::NoCertificate { .. } => 2,
         _ => 2u64.saturating_pow(attempt.min(16)).min(MAX),
     };
     std::time::Duration::from_secs(secs)
@@ -181,18 +212,36 @@ pub async fn keep_installing(
     client: Client,
     reader: Client,
     new: Value,
+    hook: Option<super::webhook::Hook>,
     fence: std::sync::Arc<Fence>,
     failed: impl Fn(&CrdError),
 ) {
     let mut last = None;
     let mut attempt = 0;
     loop {
-        let e = match install(&client, &reader, &new, &fence).await {
-            Ok(_) => return,
+        let done = match converted_by(&new, hook.as_ref()) {
+            Ok(crd) => install(&client, &reader, &crd, &fence).await,
+            Err(e) => Err(e),
+        };
+        let e = match done {
+            // A CRD converted by ruleop's webhook is written again when the webhook's CA
+            // changes (a new Secret): the API server must trust the new certificate.
+            Ok(_) => match hook.as_ref().filter(|_| converted(&new)) {
+                Some(h) => {
+                    let used = h.ca_bundle();
+                    while h.ca_bundle() == used {
+                        tokio::time::sleep(std::time::Duration::from_secs(15)).await;
+                    }
+                    continue;
+                }
+                None => return,
+            },
             Err(e) => e,
         };
         let text = e.to_string();
-        if last.as_ref() != Some(&text) && !matches!(e, CrdError::NotLeader) {
+        if last.as_ref() != Some(&text)
+            && !matches!(e, CrdError::NotLeader | CrdError::NoCertificate { .. })
+        {
             failed(&e);
             // A new failure starts its backoff afresh.
             attempt = 0;

@@ -15,6 +15,7 @@ pub mod args;
 pub mod crds;
 pub mod inventory;
 pub mod metrics_auth;
+pub mod migrate;
 pub mod objects;
 pub mod release;
 pub mod reload;
@@ -90,6 +91,7 @@ fn rule_crd(process: &Process, fence: Arc<Fence>) -> Tasks {
         process.client.clone(),
         process.client.clone(),
         crate::rules::object::crd(),
+        None,
         fence,
         failed,
     ))])
@@ -241,6 +243,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         resync: Duration::from_secs(args.resync_seconds),
     });
     let served = webhook::review::Served::new();
+    let mut hook = None;
     let _webhook = match args.webhook_addr {
         Some(addr) => {
             let (ns, name) = args
@@ -256,6 +259,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
                 selector: args.rule_selector.clone(),
                 identity: me.clone(),
             };
+            let h = cfg.hook();
+            hook = Some(h.clone());
             Tasks(
                 webhook::start(
                     cfg,
@@ -263,6 +268,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
                     fence.clone(),
                     served.clone(),
                     args.policy(),
+                    h,
                 )
                 .await?,
             )
@@ -303,6 +309,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         rules: objects.as_ref().map(|o| o.store.clone()),
         clients,
         policy: args.policy(),
+        conversion: hook,
     };
     let rule_api: kube::Api<kube::api::DynamicObject> =
         kube::Api::all_with(process.client.clone(), &objects::resource());

@@ -20,3 +20,4 @@ pub mod report;
 pub mod run;
 pub mod simulate;
 pub mod spec;
+pub mod versions;

@@ -225,7 +225,14 @@ fn run_test(
         // The defaults of the rule's `schema`, as the API server applies them on every
         // write; then the resource as the API server would check it.
         let mut cr = cluster.resource.clone();
-        if let Some(schema) = rules::crd::schema_of(rule, &[]) {
+        let written = super::versions::written_in(rule, &cr)
+            .unwrap_or(&rule.watch.version)
+            .to_string();
+        let schema = match written == rule.watch.version {
+            true => rules::crd::schema_of(rule, &[]),
+            false => super::versions::schema_of(rule, &written),
+        };
+        if let Some(schema) = schema {
             rules::crd::apply_defaults(&mut cr, schema);
             let problems = resource_problems(&cr, schema);
             match &step.expect.refused {
@@ -245,6 +252,23 @@ fn run_test(
                 "`refused`: the rule has no `schema`, so nothing is refused (a kind's schema is what the API server checks a resource against)".into(),
             ));
         }
+        // Written in another version: converted to the watched one, as the API server
+        // would through ruleop's webhook (then its defaults apply); each version's round
+        // trip loses nothing.
+        if written != rule.watch.version {
+            match super::versions::to_watched(rule, &cr) {
+                Ok(watched) => cr = watched,
+                Err(e) => step_failures.push(failure(e)),
+            }
+            if let Some(schema) = rules::crd::schema_of(rule, &[]) {
+                rules::crd::apply_defaults(&mut cr, schema);
+            }
+        }
+        step_failures.extend(
+            super::versions::round_trips(rule, &cr)
+                .into_iter()
+                .map(failure),
+        );
         let out = simulate(rule, &cr, &cluster.live);
         step_failures.extend(expect::check(
             &step.expect,

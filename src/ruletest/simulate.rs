@@ -205,7 +205,8 @@ pub fn rule_for<'a>(
         .crd
         .as_ref()
         .and_then(|c| c["spec"]["names"]["kind"].as_str());
-    if chosen.watch.api_version() != api_version || known_kind.is_some_and(|k| k != kind) {
+    let its_version = super::versions::written_in(chosen, cr).is_some();
+    if !its_version || known_kind.is_some_and(|k| k != kind) {
         return Err(format!(
             "the resource is {api_version} {kind}, but rule `{}` watches {} {}",
             chosen.name,

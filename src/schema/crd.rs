@@ -118,35 +118,40 @@ fn declared_or_status_columns(k: &KindSpec<'_>) -> Vec<Value> {
     out
 }
 
-/// The CRD of a rule's watched kind, from its `schema`.
+/// The CRD of a rule's watched kind, from its `schema`: the watched version and each of
+/// `schema.versions`, and with more than one version the conversion webhook (its
+/// `clientConfig` is filled in where ruleop serves it: see [`with_conversion`]).
 pub fn crd(k: &KindSpec<'_>) -> Result<Value, Vec<SchemaProblem>> {
     let s = k.schema;
-    let mut spec = object(&s.spec, "schema.spec")?;
-    if let Some(d) = &s.spec_description {
-        spec["description"] = json!(d);
-    }
-    if !s.validations.is_empty() {
-        spec["x-kubernetes-validations"] = json!(s.validations);
-    }
     let status = status_schema(k)?;
-    let (api_version, kind) = type_meta();
-    let mut root = json!({"type": "object", "properties": {
-        "apiVersion": api_version, "kind": kind, "metadata": {"type": "object"},
-        "spec": spec, "status": status,
-    }});
-    if let Some(d) = &s.description {
-        root["description"] = json!(d);
-    }
-    let mut subresources = json!({"status": {}});
-    if let Some(scale) = &s.scale {
-        subresources["scale"] = Value::Object(scale.clone());
-    }
-    let version = json!({
-        "name": k.version, "served": true, "storage": true,
-        "schema": {"openAPIV3Schema": root},
-        "subresources": subresources,
-        "additionalPrinterColumns": columns(k),
+    let storage = s.storage.as_deref().unwrap_or(k.version);
+    let mut problems = Vec::new();
+    let mut versions = Vec::new();
+    let hub = Version {
+        name: k.version,
+        served: true,
+        fields: &s.spec,
+        validations: &s.validations,
+        at: "schema.spec".into(),
+        deprecated: None,
+    };
+    let spokes = s.versions.iter().enumerate().map(|(i, v)| Version {
+        name: &v.name,
+        served: v.served,
+        fields: &v.spec,
+        validations: &v.validations,
+        at: format!("schema.versions[{i}].spec"),
+        deprecated: v.deprecated.then_some(v.deprecation_warning.as_deref()),
     });
+    for v in std::iter::once(hub).chain(spokes) {
+        match version(k, &v, &status, v.name == storage) {
+            Ok(json) => versions.push(json),
+            Err(p) => problems.extend(p),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
     let mut names = json!({
         "kind": s.kind,
         "listKind": s.list_kind.clone().unwrap_or_else(|| format!("{}List", s.kind)),
@@ -163,10 +168,89 @@ pub fn crd(k: &KindSpec<'_>) -> Result<Value, Vec<SchemaProblem>> {
     if !s.annotations.is_empty() {
         metadata["annotations"] = Value::Object(s.annotations.clone());
     }
-    Ok(json!({
+    let mut crd = json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": metadata,
-        "spec": {"group": k.group, "names": names, "scope": "Namespaced", "versions": [version]},
-    }))
+        "spec": {"group": k.group, "names": names, "scope": "Namespaced", "versions": versions},
+    });
+    if !s.versions.is_empty() {
+        crd["spec"]["conversion"] = json!({"strategy": "Webhook", "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": {"service": {"namespace": "ruleop-system", "name": "ruleop-webhook", "path": CONVERT_PATH, "port": 443}},
+        }});
+    }
+    Ok(crd)
+}
+
+/// The path ruleop serves conversions on.
+pub const CONVERT_PATH: &str = "/convert";
+
+/// `crd` with its conversion webhook reached at `client_config` (a `url`, or a `service`
+/// whose `path` is set here) and trusting `ca_bundle` (base64 PEM); unchanged if it has
+/// one version.
+pub fn with_conversion(mut crd: Value, client_config: Value, ca_bundle: &str) -> Value {
+    let webhook = &mut crd["spec"]["conversion"]["webhook"];
+    if webhook.is_object() {
+        let mut cc = client_config;
+        if cc["service"].is_object() {
+            cc["service"]["path"] = json!(CONVERT_PATH);
+        }
+        cc["caBundle"] = json!(ca_bundle);
+        webhook["clientConfig"] = cc;
+    }
+    crd
+}
+
+/// One version of the kind, as the CRD lists it.
+struct Version<'a> {
+    name: &'a str,
+    served: bool,
+    fields: &'a Map<String, Value>,
+    validations: &'a [Map<String, Value>],
+    /// Where its fields are in the rule (for errors).
+    at: String,
+    /// `Some(warning)` when deprecated.
+    deprecated: Option<Option<&'a str>>,
+}
+
+fn version(
+    k: &KindSpec<'_>,
+    v: &Version<'_>,
+    status: &Value,
+    storage: bool,
+) -> Result<Value, Vec<SchemaProblem>> {
+    let s = k.schema;
+    let mut spec = object(v.fields, &v.at)?;
+    if let Some(d) = &s.spec_description {
+        spec["description"] = json!(d);
+    }
+    if !v.validations.is_empty() {
+        spec["x-kubernetes-validations"] = json!(v.validations);
+    }
+    let (api_version, kind) = type_meta();
+    let mut root = json!({"type": "object", "properties": {
+        "apiVersion": api_version, "kind": kind, "metadata": {"type": "object"},
+        "spec": spec, "status": status,
+    }});
+    if let Some(d) = &s.description {
+        root["description"] = json!(d);
+    }
+    let mut subresources = json!({"status": {}});
+    if let Some(scale) = &s.scale {
+        subresources["scale"] = Value::Object(scale.clone());
+    }
+    let mut out = json!({
+        "name": v.name, "served": v.served, "storage": storage,
+        "schema": {"openAPIV3Schema": root},
+        "subresources": subresources,
+        "additionalPrinterColumns": columns(k),
+    });
+    if let Some(warning) = v.deprecated {
+        out["deprecated"] = json!(true);
+        if let Some(w) = warning {
+            out["deprecationWarning"] = json!(w);
+        }
+    }
+    Ok(out)
 }

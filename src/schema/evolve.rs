@@ -48,13 +48,25 @@ pub fn breaking_changes(old: &Value, new: &Value, stored: Option<&[Value]>) -> V
     let new_versions = versions(new);
     for ov in versions(old) {
         let name = ov["name"].as_str().unwrap_or_default().to_string();
+        // Whether objects may be stored in it (unknown: they may).
+        let still_stored = old["status"]["storedVersions"]
+            .as_array()
+            .is_none_or(|s| s.iter().any(|v| v == &ov["name"]));
         let Some(nv) = new_versions.iter().find(|v| v["name"] == ov["name"]) else {
-            out.push(Breaking {
-                at: name,
-                reason: "the version is removed (stored resources and clients may use it)".into(),
-            });
+            if still_stored {
+                out.push(Breaking {
+                    at: name,
+                    reason: "the version is removed while objects may be stored in it (status.storedVersions): make another the storage version and let ruleop's storage migration trim storedVersions first".into(),
+                });
+            }
             continue;
         };
+        if ov["served"] == true && nv["served"] == false && still_stored {
+            out.push(Breaking {
+                at: name.clone(),
+                reason: "the version stops being served while objects are still stored in it (status.storedVersions): make another the storage version, and stop serving this one once ruleop's storage migration has trimmed storedVersions".into(),
+            });
+        }
         let root = |v: &Value| v["schema"]["openAPIV3Schema"].clone();
         let objects: Option<Vec<&Value>> = stored.map(|s| {
             s.iter()
@@ -296,6 +308,34 @@ mod tests {
     }
 
     #[test]
+    fn a_version_still_stored_keeps_being_served() {
+        let mut old = crd(json!({"type": "object"}), &["v1", "v2"]);
+        old["spec"]["versions"][0]["served"] = json!(true);
+        old["status"]["storedVersions"] = json!(["v1", "v2"]);
+        let mut new = old.clone();
+        new["spec"]["versions"][0]["served"] = json!(false);
+        let out = breaking_changes(&old, &new, None);
+        assert!(
+            out.iter()
+                .any(|b| b.at == "v1" && b.reason.contains("still stored")),
+            "{out:?}"
+        );
+        old["status"]["storedVersions"] = json!(["v2"]);
+        assert!(breaking_changes(&old, &new, None).is_empty());
+        // Removed: only once nothing is stored in it.
+        let mut gone = old.clone();
+        gone["spec"]["versions"].as_array_mut().unwrap().remove(0);
+        assert!(breaking_changes(&old, &gone, None).is_empty());
+        old["status"]["storedVersions"] = json!(["v1", "v2"]);
+        let out = breaking_changes(&old, &gone, None);
+        assert!(
+            out.iter()
+                .any(|b| b.at == "v1" && b.reason.contains("removed")),
+            "{out:?}"
+        );
+    }
+
+    #[test]
     fn additive_changes_pass() {
         let old = crd(
             spec(
@@ -360,7 +400,7 @@ mod tests {
         );
         assert!(
             found.contains(
-                &"v2: the version is removed (stored resources and clients may use it)".to_string()
+                &"v2: the version is removed while objects may be stored in it (status.storedVersions): make another the storage version and let ruleop's storage migration trim storedVersions first".to_string()
             ),
             "{found:?}"
         );

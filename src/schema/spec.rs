@@ -40,8 +40,98 @@ pub struct SchemaSpec {
     /// Annotations of the CRD object.
     #[serde(default)]
     pub annotations: Map<String, Value>,
+    /// The kind's other versions, each converted to and from the watched one (the hub,
+    /// whose fields are `spec`) by its `convert` steps.
+    #[serde(default)]
+    pub versions: Vec<VersionSpec>,
+    /// The version objects are stored in: the watched one when absent.
+    #[serde(default)]
+    pub storage: Option<String>,
 }
 
+/// Another version of the kind (`schema.versions[]`): its fields, and how they convert to
+/// the watched version's.
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VersionSpec {
+    pub name: String,
+    /// Whether the API serves it (a version no longer served still converts the objects
+    /// stored in it).
+    #[serde(default = "served")]
+    pub served: bool,
+    #[serde(default)]
+    pub deprecated: bool,
+    /// The warning clients get when they use it (`deprecated: true`).
+    #[serde(default)]
+    pub deprecation_warning: Option<String>,
+    /// Its spec's fields, as `schema.spec` writes them.
+    #[serde(default)]
+    pub spec: Map<String, Value>,
+    #[serde(default)]
+    pub validations: Vec<Map<String, Value>>,
+    /// How its fields become the watched version's, each step undone the other way.
+    #[serde(default)]
+    pub convert: Vec<ConvertStep>,
+    /// Fields (of either version) with no counterpart, each acknowledged: written in
+    /// one version, they are not seen in the other (a round trip still keeps them).
+    #[serde(default)]
+    pub lossy: Vec<String>,
+}
+
+fn served() -> bool {
+    true
+}
+
+/// One step of a conversion, from this version (`from`) to the watched one (`to`):
+/// exactly one of its fields.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConvertStep {
+    /// The field (and what is under it) moves: `{from: spec.serviceType, to: spec.service.type}`.
+    #[serde(default, rename = "move")]
+    pub moves: Option<Move>,
+    /// The value changes on the way: `toHub` and `fromHub` are expressions of `value`.
+    #[serde(default)]
+    pub transform: Option<Transform>,
+    /// A field of the watched version this one lacks: its value when converted from here.
+    #[serde(default)]
+    pub default: Option<DefaultStep>,
+    /// A list of objects here that is a map in the watched version, by each item's `key`
+    /// field: `{from: spec.ports, to: spec.ports, key: name}`.
+    #[serde(default)]
+    pub keyed: Option<Keyed>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Keyed {
+    pub from: String,
+    pub to: String,
+    pub key: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Move {
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Transform {
+    pub from: String,
+    pub to: String,
+    pub to_hub: String,
+    pub from_hub: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DefaultStep {
+    pub field: String,
+    pub value: Value,
+}
 /// The declared type of a status field; values are checked against it.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]

@@ -184,7 +184,9 @@ impl Operator {
             SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
         ));
         let file = std::fs::File::create(&log).unwrap();
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"));
+        // RULEOP_TEST_BIN: another build of ruleop (a release build, for figures).
+        let bin = std::env::var("RULEOP_TEST_BIN").unwrap_or(env!("CARGO_BIN_EXE_ruleop").into());
+        let mut cmd = std::process::Command::new(bin);
         cmd.arg("run").arg("--namespace").arg(namespace);
         cmd.args(["--log-format", "json", "--admin-addr", "127.0.0.1:0"]);
         for r in rules {

@@ -262,10 +262,19 @@ async fn run(
             own.clone(),
             client.clone(),
             rule.crd.clone()?,
+            opts.conversion.clone(),
             opts.process.fence.clone(),
             failed,
         );
         Some(AbortOnDrop(tokio::spawn(install)))
+    });
+    // A kind in several versions: its objects move to a new storage version.
+    let _migrate = (opts.install_crds && rule.conversion.is_some()).then(|| {
+        AbortOnDrop(tokio::spawn(super::migrate::keep_migrating(
+            own.clone(),
+            rule.clone(),
+            opts.process.fence.clone(),
+        )))
     });
     let w = &rule.watch;
     let what = format!("{}/{} {}", w.group, w.version, w.resource);

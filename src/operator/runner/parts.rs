@@ -38,6 +38,9 @@ pub struct Options {
     pub clients: Arc<crate::client::Clients>,
     /// The installation's policy: a kept revision that breaks it does not run either.
     pub policy: crate::rules::policy::Policy,
+    /// The conversion webhook, for the CRDs of kinds with several versions (None: no
+    /// webhook served, and such a CRD is not installed).
+    pub conversion: Option<crate::operator::webhook::Hook>,
 }
 
 /// What a running rule shows of itself (for a Rule's status).

@@ -52,7 +52,44 @@ pub enum WebhookError {
     Selector(String),
 }
 
+/// How the API server reaches the conversion webhook (the CRDs of kinds with several
+/// versions say so), and the CA it trusts it by, once the webhook has one.
+#[derive(Debug, Clone)]
+pub struct Hook {
+    pub client_config: Value,
+    pub ca: Arc<std::sync::RwLock<Option<String>>>,
+}
+
+impl Hook {
+    /// The CA bundle (base64 PEM), once known.
+    pub fn ca_bundle(&self) -> Option<String> {
+        use base64::Engine as _;
+        let ca = self.ca.read().ok()?.clone()?;
+        Some(base64::engine::general_purpose::STANDARD.encode(ca))
+    }
+}
+
 impl Config {
+    /// Where conversions are posted: the webhook's URL with the conversion path, or its
+    /// Service.
+    pub fn hook(&self) -> Hook {
+        let client_config = match &self.url {
+            Some(url) => {
+                let scheme_host = url
+                    .find("://")
+                    .and_then(|i| url[i + 3..].find('/').map(|j| &url[..i + 3 + j]))
+                    .unwrap_or(url);
+                json!({"url": format!("{scheme_host}{}", crate::schema::crd::CONVERT_PATH)})
+            }
+            None => json!({"service": {"namespace": self.service.0, "name": self.service.1,
+                "path": crate::schema::crd::CONVERT_PATH, "port": 443}}),
+        };
+        Hook {
+            client_config,
+            ca: Arc::default(),
+        }
+    }
+
     /// The names the serving certificate is for.
     fn names(&self) -> Vec<String> {
         if let Some(url) = &self.url {
@@ -133,6 +170,7 @@ pub async fn start(
     fence: Arc<Fence>,
     served: Arc<review::Served>,
     policy: crate::rules::policy::Policy,
+    hook: Hook,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, WebhookError> {
     cfg.match_labels()?;
     let listener = std::net::TcpListener::bind(cfg.addr)
@@ -179,6 +217,7 @@ pub async fn start(
                     policy,
                     client,
                     at_once: tokio::sync::Semaphore::new(serve::REVIEWS_AT_ONCE),
+                    converting: tokio::sync::Semaphore::new(2),
                 });
                 match tokio::net::TcpListener::from_std(listener) {
                     Ok(l) => serve::serve(l, serving_current, reviewer).await,
@@ -190,16 +229,26 @@ pub async fn start(
             addr: cfg.addr,
             source,
         })?;
-    let keeping = tokio::spawn(keep(cfg, client, fence, current));
+    let keeping = tokio::spawn(keep(cfg, client, fence, current, hook));
     Ok(vec![keeping])
 }
 
 /// Every minute (every two seconds until it serves): the certificates renewed when due and
 /// the configuration written (by the leader), the serving certificate taken from the Secret.
-async fn keep(cfg: Config, client: kube::Client, fence: Arc<Fence>, current: Arc<serve::Current>) {
+async fn keep(
+    cfg: Config,
+    client: kube::Client,
+    fence: Arc<Fence>,
+    current: Arc<serve::Current>,
+    hook: Hook,
+) {
     let mut served: Option<String> = None;
     loop {
-        match round(&cfg, &client, &fence).await {
+        let got = round(&cfg, &client, &fence).await;
+        if let (Ok(Some(c)), Ok(mut ca)) = (&got, hook.ca.write()) {
+            *ca = Some(c.ca_cert.clone());
+        }
+        match got {
             Ok(Some(c)) if served.as_deref() != Some(c.cert.as_str()) => {
                 match current.set(&c.cert, &c.key) {
                     Ok(()) => {

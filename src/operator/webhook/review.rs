@@ -21,7 +21,7 @@ pub struct Serving {
 
 /// The kinds served now, kept up to date by the operator each time it puts rules in force.
 #[derive(Debug, Default)]
-pub struct Served(RwLock<Vec<Serving>>);
+pub struct Served(RwLock<Vec<Serving>>, RwLock<Vec<Arc<CompiledRule>>>);
 
 impl Served {
     pub fn new() -> Arc<Served> {
@@ -42,6 +42,27 @@ impl Served {
         if let Ok(mut s) = self.0.write() {
             *s = now;
         }
+        if let Ok(mut c) = self.1.write() {
+            *c = rules
+                .iter()
+                .filter(|r| r.conversion.is_some())
+                .cloned()
+                .collect();
+        }
+    }
+
+    /// The rule in force that converts the versions of `kind` in `group`.
+    pub fn converting(&self, group: &str, kind: &str) -> Option<Arc<CompiledRule>> {
+        let rules = self.1.read().ok()?;
+        rules
+            .iter()
+            .find(|r| {
+                r.watch.group == group
+                    && r.crd
+                        .as_ref()
+                        .is_some_and(|c| c["spec"]["names"]["kind"] == kind)
+            })
+            .cloned()
     }
 
     fn snapshot(&self) -> Vec<Serving> {

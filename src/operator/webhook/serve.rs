@@ -12,10 +12,14 @@ use std::time::Duration;
 
 /// The path the API server posts Rule reviews to.
 pub const PATH: &str = "/validate-rules";
+/// The path the API server posts ConversionReviews to.
+pub use crate::schema::crd::CONVERT_PATH;
 
 /// The largest review read (a Rule is at most a rules file, 1 MiB, and the API server
 /// sends the old object too).
 const MAX_BODY: usize = 3 * 1024 * 1024;
+/// The largest ConversionReview taken: a page of a list of large objects.
+const MAX_CONVERT_BODY: usize = 64 * 1024 * 1024;
 
 /// The certificate served now.
 #[derive(Debug, Default)]
@@ -58,6 +62,8 @@ pub struct Reviewer {
     pub client: kube::Client,
     /// Reviews under way at once (each compiles a Rule of up to 1 MiB).
     pub at_once: tokio::sync::Semaphore,
+    /// Conversions under way at once.
+    pub converting: tokio::sync::Semaphore,
 }
 
 /// Reviews compiling at once; connections open at once.
@@ -130,11 +136,18 @@ async fn handle(
     req: Request<Incoming>,
     reviewer: Arc<Reviewer>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
-    if req.method() != hyper::Method::POST || req.uri().path() != PATH {
+    let path = req.uri().path().to_string();
+    if req.method() != hyper::Method::POST || (path != PATH && path != CONVERT_PATH) {
         return Ok(reply(StatusCode::NOT_FOUND, "{}".into()));
     }
     // The whole body within the API server's own wait (a slow sender holds no slot longer).
-    let read = Limited::new(req.into_body(), MAX_BODY).collect();
+    // A ConversionReview holds a whole page of a list: larger.
+    let limit = if path == CONVERT_PATH {
+        MAX_CONVERT_BODY
+    } else {
+        MAX_BODY
+    };
+    let read = Limited::new(req.into_body(), limit).collect();
     let body = match tokio::time::timeout(READ_BODY, read).await {
         Ok(Ok(b)) => b.to_bytes(),
         Ok(Err(_)) => return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, "{}".into())),
@@ -143,8 +156,40 @@ async fn handle(
     let Ok(review) = serde_json::from_slice::<serde_json::Value>(&body) else {
         return Ok(reply(StatusCode::BAD_REQUEST, "{}".into()));
     };
+    if path == CONVERT_PATH {
+        return Ok(reply(
+            StatusCode::OK,
+            convert(&review, &reviewer.served).to_string(),
+        ));
+    }
     let answer = review_one(&review, &reviewer).await;
     Ok(reply(StatusCode::OK, answer.to_string()))
+}
+
+/// The answer to a ConversionReview, by the rule in force for the objects' kind.
+fn convert(review: &serde_json::Value, served: &super::review::Served) -> serde_json::Value {
+    let request = &review["request"];
+    let group = request["desiredAPIVersion"]
+        .as_str()
+        .and_then(|v| v.split_once('/'))
+        .map(|(g, _)| g)
+        .unwrap_or_default();
+    let kind = request["objects"][0]["kind"].as_str().unwrap_or_default();
+    let rule = served.converting(group, kind);
+    let started = std::time::Instant::now();
+    let answer = crate::convert::review::answer(review, |g, k| {
+        let r = rule.as_ref().filter(|_| g == group && k == kind)?;
+        Some((r.conversion.as_ref()?, &r.program))
+    });
+    let objects = request["objects"].as_array().map_or(0, Vec::len);
+    let status = answer["response"]["result"]["status"]
+        .as_str()
+        .unwrap_or_default();
+    tracing::debug!(%group, %kind, objects, status, elapsed_ms = started.elapsed().as_millis() as u64, "conversion");
+    if status != "Success" {
+        tracing::warn!(%group, %kind, message = %answer["response"]["result"]["message"], "conversion failed");
+    }
+    answer
 }
 
 /// The answer to one review: refused as busy if its turn does not come in time (never

@@ -29,6 +29,7 @@ mod rollout;
 #[cfg(test)]
 mod schema_tests;
 mod template;
+pub mod versions;
 
 pub use compiler::{
     CHILD_VARIABLES, INDEX_VARIABLE, READY_VARIABLES, STATUS_VARIABLES, TEMPLATE_VARIABLES,
@@ -79,6 +80,12 @@ pub fn compile(
     }
     check_watch(&mut c, &spec.watch);
     let (crd, defaults) = kind_schema(&mut c, spec);
+    let conversion = match (&spec.schema, &crd) {
+        (Some(s), Some(crd)) => {
+            versions::compile(&mut c, s, &spec.watch.group, &spec.watch.version, crd)
+        }
+        _ => None,
+    };
 
     let mut children = Vec::new();
     for (i, ch) in spec.children.iter().enumerate() {
@@ -182,6 +189,7 @@ pub fn compile(
                 .map_or(DEFAULT_HISTORY, |n| n as usize),
             object: None,
             identity,
+            conversion,
         }),
         _ => Err(c.errors),
     }
@@ -220,8 +228,19 @@ fn kind_schema(c: &mut Compiler<'_>, spec: &RuleSpec) -> (Option<Value>, Map<Str
     };
     match crate::schema::crd::crd(&kind) {
         Ok(crd) => {
+            for (i, v) in crd["spec"]["versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                let at = match i {
+                    0 => "schema".to_string(),
+                    i => format!("schema.versions[{}]", i - 1),
+                };
+                check_cel_cost(c, &v["schema"]["openAPIV3Schema"], &at);
+            }
             let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
-            check_cel_cost(c, root);
             let defaults = crate::schema::fields::defaults(&root["properties"]["spec"]);
             (Some(crd), defaults)
         }
@@ -236,11 +255,13 @@ fn kind_schema(c: &mut Compiler<'_>, spec: &RuleSpec) -> (Option<Value>, Map<Str
 
 /// Refuses a CEL rule of the schema that the API server would refuse for its estimated
 /// cost, at the rule's line (a spec-wide one under `validations`, a field's on its line).
-fn check_cel_cost(c: &mut Compiler<'_>, root: &Value) {
+/// `at` is where the version's fields are in the rule: `schema` for the watched one,
+/// `schema.versions[i]` for another.
+fn check_cel_cost(c: &mut Compiler<'_>, root: &Value, at: &str) {
     for t in crate::schema::cost::check(root) {
         let path = match t.rule.field.as_str() {
-            "spec" => format!("schema.validations[{}]", t.rule.index),
-            f if f.starts_with("spec.") => format!("schema.{f}"),
+            "spec" => format!("{at}.validations[{}]", t.rule.index),
+            f if f.starts_with("spec.") => format!("{at}.{f}"),
             _ => "status.fields".to_string(),
         };
         c.error(&path, None, t.problem, t.fix);

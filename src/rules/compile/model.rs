@@ -45,6 +45,8 @@ pub struct CompiledRule {
     pub object: Option<ObjectSource>,
     /// The ServiceAccount the rule runs as; None: ruleop's own account.
     pub identity: Option<Identity>,
+    /// How the kind's versions convert, when it has more than one.
+    pub conversion: Option<super::versions::Conversion>,
 }
 
 /// The ServiceAccount a rule runs as (`serviceAccount`), its name and namespace checked.

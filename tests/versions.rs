@@ -1,0 +1,520 @@
+//! A kind in several versions on the real control plane: ruleop installs the CRD with
+//! every version and its conversion webhook, serves the conversions, and resources
+//! written in any version converge; each version reads the others' resources converted.
+
+mod common;
+
+use common::{Operator, eventually, get_json, kubectl, kubectl_ok};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(90);
+const CRD: &str = "gateways.versions.ruleop.dev";
+
+fn gateway(ns: &str, name: &str, version: &str, spec: Value) -> String {
+    json!({"apiVersion": format!("versions.ruleop.dev/{version}"), "kind": "Gateway",
+        "metadata": {"name": name, "namespace": ns}, "spec": spec})
+    .to_string()
+}
+
+fn get(ns: &str, version: &str, name: &str) -> Option<Value> {
+    get_json(&format!("gateways.{version}.versions.ruleop.dev"), ns, name)
+}
+
+/// The kind's resources and CRD deleted while ruleop still serves the conversions (with
+/// no replica up, the API server cannot delete the resources stored in another version,
+/// and the CRD stays Terminating), then ruleop stopped.
+fn cleanup(op: Operator, crd: &str, ns: &str, hook: &str) {
+    let group = crd.split_once('.').unwrap().1;
+    let _ = kubectl(
+        &[
+            "delete",
+            &format!("gateways.{group}"),
+            "--all",
+            "-n",
+            ns,
+            "--timeout=60s",
+        ],
+        None,
+    );
+    let _ = kubectl(
+        &["delete", "crd", crd, "--ignore-not-found", "--timeout=60s"],
+        None,
+    );
+    drop(op);
+    let _ = kubectl(
+        &[
+            "delete",
+            "validatingwebhookconfiguration",
+            hook,
+            "--ignore-not-found",
+        ],
+        None,
+    );
+}
+
+#[tokio::test]
+async fn resources_of_every_version_converge_and_read_as_each_other() {
+    let client = common::client().await;
+    let _ = kubectl(
+        &["delete", "crd", CRD, "--ignore-not-found", "--wait=true"],
+        None,
+    );
+    let ns = common::namespace(&client, "e2e-versions").await;
+    let port = common::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let url = format!("https://127.0.0.1:{port}/validate-rules");
+    let hook = format!("ruleop-{ns}");
+    let selector = format!("ruleop.dev/test={ns}");
+    let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/versions");
+    let op = Operator::start(
+        &ns,
+        &[rules],
+        &[
+            "--install-crds",
+            "--lease-namespace",
+            &ns,
+            "--webhook-addr",
+            &addr,
+            "--webhook-url",
+            &url,
+            "--webhook-name",
+            &hook,
+            "--rule-selector",
+            &selector,
+        ],
+    );
+    // The CRD, with its three versions and the conversion webhook trusted by ruleop's CA.
+    let crd = eventually(
+        T,
+        "the CRD established with its conversion webhook",
+        || async {
+            let crd = get_json("crd", "", CRD)?;
+            let established = crd["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True");
+            (established
+                && crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"].is_string())
+            .then_some(crd)
+        },
+    )
+    .await;
+    let names: Vec<&str> = crd["spec"]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["v1", "v1alpha1", "v1beta1"]);
+    assert_eq!(
+        crd["spec"]["conversion"]["webhook"]["clientConfig"]["url"],
+        format!("https://127.0.0.1:{port}/convert")
+    );
+
+    // One written as v1alpha1 (seconds, a host and port at the top, a list of routes),
+    // one as v1 (a listener, routes by name).
+    let old = json!({"host": "old.example.com", "port": 8080, "timeoutSeconds": 15,
+        "routes": [{"name": "b", "target": "svc-b"}, {"name": "a", "target": "svc-a"}]});
+    let new = json!({"listener": {"host": "new.example.com"}, "timeout": "5s", "tier": "pro",
+        "routes": {"api": {"target": "svc-api"}}});
+    eventually(
+        T,
+        "the v1alpha1 Gateway taken (the webhook serves)",
+        || async {
+            kubectl(
+                &["apply", "-f", "-"],
+                Some(&gateway(&ns, "old", "v1alpha1", old.clone())),
+            )
+            .0
+            .then_some(())
+        },
+    )
+    .await;
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&gateway(&ns, "new", "v1", new.clone())),
+    );
+
+    // Both converge: the rule reads v1, whichever version each was written in.
+    for (name, listen, timeout) in [
+        ("old", "old.example.com:8080", "15s"),
+        ("new", "new.example.com:80", "5s"),
+    ] {
+        let data = eventually(T, &format!("{name}'s ConfigMap"), || async {
+            get_json("configmap", &ns, &format!("{name}-gateway")).map(|c| c["data"].clone())
+        })
+        .await;
+        assert_eq!(data["listen"], listen, "{name}: {data}");
+        assert_eq!(data["timeout"], timeout, "{name}: {data}");
+    }
+    let routes = get_json("configmap", &ns, "old-gateway").unwrap()["data"]["routes"].clone();
+    let routes: Value = serde_json::from_str(routes.as_str().unwrap()).unwrap();
+    assert_eq!(
+        routes,
+        json!({"a": {"target": "svc-a"}, "b": {"target": "svc-b"}})
+    );
+
+    // Each version reads the other's resources converted, and its own as written.
+    let old_as_v1 = get(&ns, "v1", "old").unwrap();
+    assert_eq!(
+        old_as_v1["spec"]["listener"],
+        json!({"host": "old.example.com", "port": 8080})
+    );
+    assert_eq!(old_as_v1["spec"]["timeout"], "15s");
+    assert_eq!(old_as_v1["spec"]["tier"], "free");
+    let new_as_alpha = get(&ns, "v1alpha1", "new").unwrap();
+    assert_eq!(new_as_alpha["spec"]["host"], "new.example.com");
+    assert_eq!(new_as_alpha["spec"]["timeoutSeconds"], 5);
+    assert_eq!(
+        new_as_alpha["spec"]["routes"],
+        json!([{"name": "api", "target": "svc-api"}])
+    );
+    assert!(
+        new_as_alpha["spec"].get("tier").is_none(),
+        "v1alpha1 has no tier"
+    );
+    let old_as_alpha = get(&ns, "v1alpha1", "old").unwrap();
+    assert_eq!(
+        old_as_alpha["spec"], old,
+        "read in the version it was written in, as written"
+    );
+    let new_as_beta = get(&ns, "v1beta1", "new").unwrap();
+    assert_eq!(new_as_beta["spec"]["tier"], "pro");
+    // `kubectl get` of the whole kind in any version lists both.
+    for version in ["v1", "v1alpha1", "v1beta1"] {
+        let list = kubectl_ok(
+            &[
+                "get",
+                &format!("gateways.{version}.versions.ruleop.dev"),
+                "-n",
+                &ns,
+                "-o",
+                "name",
+            ],
+            None,
+        );
+        assert_eq!(list.lines().count(), 2, "{version}: {list}");
+    }
+
+    // A field v1 has no place for is kept through the round trip: written as v1alpha1,
+    // updated as v1, read as v1alpha1 again.
+    let mut with_debug = old.clone();
+    with_debug["debug"] = json!(true);
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&gateway(&ns, "old", "v1alpha1", with_debug)),
+    );
+    kubectl_ok(
+        &[
+            "patch",
+            "gateways.v1.versions.ruleop.dev",
+            "old",
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"listener":{"port":9090}}}"#,
+        ],
+        None,
+    );
+    let again = get(&ns, "v1alpha1", "old").unwrap();
+    assert_eq!(again["spec"]["debug"], true, "{again}");
+    assert_eq!(again["spec"]["port"], 9090, "{again}");
+    eventually(T, "the patched port rendered", || async {
+        let c = get_json("configmap", &ns, "old-gateway")?;
+        (c["data"]["listen"] == "old.example.com:9090").then_some(())
+    })
+    .await;
+
+    drop(op);
+    let _ = kubectl(
+        &[
+            "delete",
+            "validatingwebhookconfiguration",
+            &hook,
+            "--ignore-not-found",
+        ],
+        None,
+    );
+    let _ = kubectl(
+        &["delete", "crd", CRD, "--ignore-not-found", "--wait=false"],
+        None,
+    );
+}
+
+#[tokio::test]
+async fn a_new_storage_version_migrates_the_stored_objects_and_trims_stored_versions() {
+    const CRD: &str = "gateways.storage.ruleop.dev";
+    let client = common::client().await;
+    let _ = kubectl(
+        &["delete", "crd", CRD, "--ignore-not-found", "--timeout=60s"],
+        None,
+    );
+    let ns = common::namespace(&client, "e2e-storage").await;
+    let port = common::free_port();
+    let (addr, url) = (
+        format!("127.0.0.1:{port}"),
+        format!("https://127.0.0.1:{port}/validate-rules"),
+    );
+    let (hook, selector) = (format!("ruleop-{ns}"), format!("ruleop.dev/test={ns}"));
+    let fixture = include_str!("fixtures/versions/gateway.yaml")
+        .replace("versions.ruleop.dev", "storage.ruleop.dev");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gateway.yaml");
+    let stored_in =
+        |v: &str| fixture.replace("  versions:\n", &format!("  storage: {v}\n  versions:\n"));
+    std::fs::write(&file, stored_in("v1alpha1")).unwrap();
+    let op = Operator::start(
+        &ns,
+        &[dir.path().to_str().unwrap()],
+        &[
+            "--install-crds",
+            "--rules-poll-seconds",
+            "1",
+            "--lease-namespace",
+            &ns,
+            "--webhook-addr",
+            &addr,
+            "--webhook-url",
+            &url,
+            "--webhook-name",
+            &hook,
+            "--rule-selector",
+            &selector,
+        ],
+    );
+    let stored = || get_json("crd", "", CRD).map(|c| c["status"]["storedVersions"].clone());
+    eventually(T, "the CRD stored in v1alpha1", || async {
+        (stored()? == json!(["v1alpha1"])).then_some(())
+    })
+    .await;
+    let gw = |name: &str, version: &str, spec: Value| {
+        json!({"apiVersion": format!("storage.ruleop.dev/{version}"), "kind": "Gateway",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec})
+        .to_string()
+    };
+    eventually(T, "the webhook serves", || async {
+        kubectl(
+            &["apply", "-f", "-"],
+            Some(&gw("a", "v1alpha1", json!({"host": "a.example.com"}))),
+        )
+        .0
+        .then_some(())
+    })
+    .await;
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&gw(
+            "b",
+            "v1",
+            json!({"listener": {"host": "b.example.com"}}),
+        )),
+    );
+    let children = eventually(T, "both rendered", || async {
+        let a = get_json("configmap", &ns, "a-gateway")?;
+        let b = get_json("configmap", &ns, "b-gateway")?;
+        Some([a["metadata"]["uid"].clone(), b["metadata"]["uid"].clone()])
+    })
+    .await;
+
+    // The rule now stores v1: ruleop applies the CRD, writes both objects again, and
+    // trims storedVersions.
+    std::fs::write(&file, stored_in("v1")).unwrap();
+    eventually(T, "storedVersions trimmed to v1", || async {
+        (stored()? == json!(["v1"])).then_some(())
+    })
+    .await;
+    let crd = get_json("crd", "", CRD).unwrap();
+    let storage: Vec<&str> = crd["spec"]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["storage"] == true)
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(storage, ["v1"]);
+    // The children were not made again, and say what they said.
+    for (name, uid, listen) in [
+        ("a", &children[0], "a.example.com:80"),
+        ("b", &children[1], "b.example.com:80"),
+    ] {
+        let c = get_json("configmap", &ns, &format!("{name}-gateway")).unwrap();
+        assert_eq!(
+            &c["metadata"]["uid"], uid,
+            "{name}'s ConfigMap was not replaced"
+        );
+        assert_eq!(c["data"]["listen"], listen);
+    }
+    // Both read in every version as before.
+    assert_eq!(
+        get_json("gateways.v1alpha1.storage.ruleop.dev", &ns, "b").unwrap()["spec"]["host"],
+        "b.example.com"
+    );
+    assert_eq!(
+        get_json("gateways.v1.storage.ruleop.dev", &ns, "a").unwrap()["spec"]["listener"]["host"],
+        "a.example.com"
+    );
+
+    cleanup(op, CRD, &ns, &hook);
+}
+
+/// A percentile of `times` (sorted here).
+fn percentile(times: &mut [Duration], p: f64) -> Duration {
+    times.sort();
+    let i = ((times.len() as f64 * p).ceil() as usize).clamp(1, times.len()) - 1;
+    times[i]
+}
+
+/// The conversion webhook's cost, as the API server adds it to a LIST: N Gateways stored
+/// in v1 listed as v1alpha1 (each converted by ruleop) and as v1 (none), side by side.
+/// Prints the figures (N: RULEOP_CONVERSION_N, 50 here, 1,000 in `make test-long`).
+#[tokio::test]
+async fn conversion_latency_of_a_list_side_by_side() {
+    const CRD: &str = "gateways.latency.ruleop.dev";
+    let n: usize = std::env::var("RULEOP_CONVERSION_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let client = common::client().await;
+    let _ = kubectl(
+        &["delete", "crd", CRD, "--ignore-not-found", "--timeout=60s"],
+        None,
+    );
+    let ns = common::namespace(&client, "e2e-latency").await;
+    let port = common::free_port();
+    let (addr, url) = (
+        format!("127.0.0.1:{port}"),
+        format!("https://127.0.0.1:{port}/validate-rules"),
+    );
+    let (hook, selector) = (format!("ruleop-{ns}"), format!("ruleop.dev/test={ns}"));
+    let dir = tempfile::tempdir().unwrap();
+    // The rule without children: only the conversions are measured.
+    let fixture = include_str!("fixtures/versions/gateway.yaml")
+        .replace("versions.ruleop.dev", "latency.ruleop.dev");
+    let rule = &fixture[..fixture.find("children:").unwrap()];
+    std::fs::write(
+        dir.path().join("gateway.yaml"),
+        format!("{rule}children: []\n"),
+    )
+    .unwrap();
+    let op = Operator::start(
+        &ns,
+        &[dir.path().to_str().unwrap()],
+        &[
+            "--install-crds",
+            "--lease-namespace",
+            &ns,
+            "--webhook-addr",
+            &addr,
+            "--webhook-url",
+            &url,
+            "--webhook-name",
+            &hook,
+            "--rule-selector",
+            &selector,
+        ],
+    );
+    eventually(T, "the CRD with its webhook", || async {
+        let crd = get_json("crd", "", CRD)?;
+        crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"]
+            .is_string()
+            .then_some(())
+    })
+    .await;
+    let items: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"apiVersion": "latency.ruleop.dev/v1", "kind": "Gateway",
+            "metadata": {"name": format!("g{i}"), "namespace": ns},
+            "spec": {"listener": {"host": format!("g{i}.example.com"), "port": 8000 + (i % 1000)},
+                "timeout": "30s", "routes": {"a": {"target": "x"}, "b": {"target": "y"}}}})
+        })
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
+    eventually(T, "the Gateways created", || async {
+        kubectl(&["apply", "--server-side", "-f", "-"], Some(&list))
+            .0
+            .then_some(())
+    })
+    .await;
+    let api = |version: &str| {
+        let ar = kube::discovery::ApiResource {
+            group: "latency.ruleop.dev".into(),
+            version: version.into(),
+            api_version: format!("latency.ruleop.dev/{version}"),
+            kind: "Gateway".into(),
+            plural: "gateways".into(),
+        };
+        kube::Api::<kube::api::DynamicObject>::namespaced_with(client.clone(), &ns, &ar)
+    };
+    let (v1, alpha) = (api("v1"), api("v1alpha1"));
+    let mut times: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..30 {
+        for (i, a) in [&v1, &alpha].into_iter().enumerate() {
+            let started = std::time::Instant::now();
+            let got = a.list(&kube::api::ListParams::default()).await.unwrap();
+            let took = started.elapsed();
+            assert_eq!(got.items.len(), n);
+            if i == 1 {
+                let spec = &got.items[0].data["spec"];
+                assert!(
+                    spec["host"].is_string() && spec["routes"].is_array(),
+                    "converted: {spec}"
+                );
+            }
+            if round > 0 {
+                times[i].push(took);
+            }
+        }
+    }
+    let [mut plain, mut converted] = times;
+    let (p50, p99) = (percentile(&mut plain, 0.5), percentile(&mut plain, 0.99));
+    let (c50, c99) = (
+        percentile(&mut converted, 0.5),
+        percentile(&mut converted, 0.99),
+    );
+    println!(
+        "LIST of {n} Gateways, 29 rounds: as v1 (stored, no conversion) p50 {p50:?} p99 {p99:?}; as v1alpha1 (converted by ruleop's webhook) p50 {c50:?} p99 {c99:?}"
+    );
+    // The webhook itself: one ConversionReview of the N objects, posted over HTTPS 50
+    // times (curl's own time of each request).
+    let objects: Vec<Value> = v1
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|o| serde_json::to_value(o).unwrap())
+        .collect();
+    let review = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+        "request": {"uid": "bench", "desiredAPIVersion": "latency.ruleop.dev/v1alpha1", "objects": objects}});
+    let body = dir.path().join("review.json");
+    std::fs::write(&body, review.to_string()).unwrap();
+    let mut posts = Vec::new();
+    for _ in 0..50 {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sk",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code} %{time_total}",
+                "-H",
+                "Content-Type: application/json",
+                "--data-binary",
+                &format!("@{}", body.display()),
+                &format!("https://127.0.0.1:{port}/convert"),
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (code, secs) = text.split_once(' ').unwrap();
+        assert_eq!(code, "200", "{text}");
+        posts.push(Duration::from_secs_f64(secs.parse().unwrap()));
+    }
+    let (w50, w99) = (percentile(&mut posts, 0.5), percentile(&mut posts, 0.99));
+    println!(
+        "ConversionReview of {n} objects posted to the webhook, 50 times: p50 {w50:?} p99 {w99:?}"
+    );
+    cleanup(op, CRD, &ns, &hook);
+}
