@@ -375,7 +375,7 @@ async fn conversion_latency_of_a_list_side_by_side() {
     let n: usize = std::env::var("RULEOP_CONVERSION_N")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+        .unwrap_or(50);
     let client = common::client().await;
     let _ = kubectl(
         &["delete", "crd", CRD, "--ignore-not-found", "--timeout=60s"],
