@@ -301,6 +301,16 @@ impl std::fmt::Display for Summary {
     }
 }
 
+/// A unified diff of `want` against `have`, as YAML.
+pub fn yaml(want: &Value, have: &Value) -> String {
+    let a = serde_yaml::to_string(want).unwrap_or_default();
+    let b = serde_yaml::to_string(have).unwrap_or_default();
+    similar::TextDiff::from_lines(&a, &b)
+        .unified_diff()
+        .header("expected", "actual")
+        .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

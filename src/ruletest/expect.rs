@@ -323,15 +323,7 @@ fn short(v: &Value) -> String {
     }
 }
 
-/// A unified diff of `want` against `have`, as YAML.
-pub fn diff(want: &Value, have: &Value) -> String {
-    let a = serde_yaml::to_string(want).unwrap_or_default();
-    let b = serde_yaml::to_string(have).unwrap_or_default();
-    similar::TextDiff::from_lines(&a, &b)
-        .unified_diff()
-        .header("expected", "actual")
-        .to_string()
-}
+pub use super::diff::yaml as diff;
 
 #[cfg(test)]
 mod tests {

@@ -60,7 +60,7 @@ pub fn round_trips(rule: &CompiledRule, cr: &Value) -> Vec<String> {
                 Ok(back) if &back != cr => Some(format!(
                     "converting to {} and back changes the resource:\n{}",
                     s.name,
-                    super::expect::diff(cr, &back)
+                    super::diff::yaml(cr, &back)
                 )),
                 Ok(_) => None,
             }
