@@ -21,6 +21,32 @@ fn get(ns: &str, version: &str, name: &str) -> Option<Value> {
     get_json(&format!("gateways.{version}.versions.ruleop.dev"), ns, name)
 }
 
+/// ruleop with the rules in `rules`, installing their CRDs and serving its webhook on a
+/// free port, its configuration scoped to this namespace's Rules: the port and the
+/// configuration's name.
+fn start(ns: &str, rules: &str, extra: &[&str]) -> (Operator, u16, String) {
+    let port = common::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let url = format!("https://127.0.0.1:{port}/validate-rules");
+    let hook = format!("ruleop-{ns}");
+    let selector = format!("ruleop.dev/test={ns}");
+    let mut args = vec![
+        "--install-crds",
+        "--lease-namespace",
+        ns,
+        "--webhook-addr",
+        &addr,
+        "--webhook-url",
+        &url,
+        "--webhook-name",
+        &hook,
+        "--rule-selector",
+        &selector,
+    ];
+    args.extend_from_slice(extra);
+    (Operator::start(ns, &[rules], &args), port, hook)
+}
+
 /// The kind's resources and CRD deleted while ruleop still serves the conversions (with
 /// no replica up, the API server cannot delete the resources stored in another version,
 /// and the CRD stays Terminating), then ruleop stopped.
@@ -61,29 +87,8 @@ async fn resources_of_every_version_converge_and_read_as_each_other() {
         None,
     );
     let ns = common::namespace(&client, "e2e-versions").await;
-    let port = common::free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let url = format!("https://127.0.0.1:{port}/validate-rules");
-    let hook = format!("ruleop-{ns}");
-    let selector = format!("ruleop.dev/test={ns}");
     let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/versions");
-    let op = Operator::start(
-        &ns,
-        &[rules],
-        &[
-            "--install-crds",
-            "--lease-namespace",
-            &ns,
-            "--webhook-addr",
-            &addr,
-            "--webhook-url",
-            &url,
-            "--webhook-name",
-            &hook,
-            "--rule-selector",
-            &selector,
-        ],
-    );
+    let (op, port, hook) = start(&ns, rules, &[]);
     // The CRD, with its three versions and the conversion webhook trusted by ruleop's CA.
     let crd = eventually(
         T,
@@ -252,12 +257,6 @@ async fn a_new_storage_version_migrates_the_stored_objects_and_trims_stored_vers
         None,
     );
     let ns = common::namespace(&client, "e2e-storage").await;
-    let port = common::free_port();
-    let (addr, url) = (
-        format!("127.0.0.1:{port}"),
-        format!("https://127.0.0.1:{port}/validate-rules"),
-    );
-    let (hook, selector) = (format!("ruleop-{ns}"), format!("ruleop.dev/test={ns}"));
     let fixture = include_str!("fixtures/versions/gateway.yaml")
         .replace("versions.ruleop.dev", "storage.ruleop.dev");
     let dir = tempfile::tempdir().unwrap();
@@ -265,24 +264,10 @@ async fn a_new_storage_version_migrates_the_stored_objects_and_trims_stored_vers
     let stored_in =
         |v: &str| fixture.replace("  versions:\n", &format!("  storage: {v}\n  versions:\n"));
     std::fs::write(&file, stored_in("v1alpha1")).unwrap();
-    let op = Operator::start(
+    let (op, _, hook) = start(
         &ns,
-        &[dir.path().to_str().unwrap()],
-        &[
-            "--install-crds",
-            "--rules-poll-seconds",
-            "1",
-            "--lease-namespace",
-            &ns,
-            "--webhook-addr",
-            &addr,
-            "--webhook-url",
-            &url,
-            "--webhook-name",
-            &hook,
-            "--rule-selector",
-            &selector,
-        ],
+        dir.path().to_str().unwrap(),
+        &["--rules-poll-seconds", "1"],
     );
     let stored = || get_json("crd", "", CRD).map(|c| c["status"]["storedVersions"].clone());
     eventually(T, "the CRD stored in v1alpha1", || async {
@@ -382,12 +367,6 @@ async fn conversion_latency_of_a_list_side_by_side() {
         None,
     );
     let ns = common::namespace(&client, "e2e-latency").await;
-    let port = common::free_port();
-    let (addr, url) = (
-        format!("127.0.0.1:{port}"),
-        format!("https://127.0.0.1:{port}/validate-rules"),
-    );
-    let (hook, selector) = (format!("ruleop-{ns}"), format!("ruleop.dev/test={ns}"));
     let dir = tempfile::tempdir().unwrap();
     // The rule without children: only the conversions are measured.
     let fixture = include_str!("fixtures/versions/gateway.yaml")
@@ -398,23 +377,7 @@ async fn conversion_latency_of_a_list_side_by_side() {
         format!("{rule}children: []\n"),
     )
     .unwrap();
-    let op = Operator::start(
-        &ns,
-        &[dir.path().to_str().unwrap()],
-        &[
-            "--install-crds",
-            "--lease-namespace",
-            &ns,
-            "--webhook-addr",
-            &addr,
-            "--webhook-url",
-            &url,
-            "--webhook-name",
-            &hook,
-            "--rule-selector",
-            &selector,
-        ],
-    );
+    let (op, port, hook) = start(&ns, dir.path().to_str().unwrap(), &[]);
     eventually(T, "the CRD with its webhook", || async {
         let crd = get_json("crd", "", CRD)?;
         crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"]

@@ -90,18 +90,7 @@ pub fn split(v: Value, schema: &Value, at: &str, lost: &mut Map<String, Value>) 
 
 /// Whether `v` is of a type `schema` takes.
 pub fn fits(v: &Value, schema: &Value) -> bool {
-    if schema["x-kubernetes-int-or-string"] == true {
-        return v.is_string() || v.is_i64() || v.is_u64();
-    }
-    match schema["type"].as_str() {
-        Some("string") => v.is_string(),
-        Some("integer") => v.is_i64() || v.is_u64(),
-        Some("number") => v.is_number(),
-        Some("boolean") => v.is_boolean(),
-        Some("array") => v.is_array(),
-        Some("object") => v.is_object(),
-        _ => true,
-    }
+    crate::schema::fields::admits(schema, v)
 }
 
 #[cfg(test)]

@@ -126,7 +126,7 @@ fn yaml_value(text: &str) -> Value {
 }
 
 /// Whether `v` is of the schema's type (for defaults and enum values).
-fn admits(schema: &Value, v: &Value) -> bool {
+pub(crate) fn admits(schema: &Value, v: &Value) -> bool {
     if schema["x-kubernetes-int-or-string"] == true {
         return v.is_string() || v.is_i64() || v.is_u64();
     }
