@@ -51,18 +51,7 @@ fn start(ns: &str, rules: &str, extra: &[&str]) -> (Operator, u16, String) {
 /// no replica up, the API server cannot delete the resources stored in another version,
 /// and the CRD stays Terminating), then ruleop stopped.
 fn cleanup(op: Operator, crd: &str, ns: &str, hook: &str) {
-    let group = crd.split_once('.').unwrap().1;
-    let _ = kubectl(
-        &[
-            "delete",
-            &format!("gateways.{group}"),
-            "--all",
-            "-n",
-            ns,
-            "--timeout=60s",
-        ],
-        None,
-    );
+    let _ = kubectl(&["delete", crd, "--all", "-n", ns, "--timeout=60s"], None);
     let _ = kubectl(
         &["delete", "crd", crd, "--ignore-not-found", "--timeout=60s"],
         None,
@@ -479,5 +468,121 @@ async fn conversion_latency_of_a_list_side_by_side() {
     println!(
         "ConversionReview of {n} objects posted to the webhook, 50 times: p50 {w50:?} p99 {w99:?}"
     );
+    cleanup(op, CRD, &ns, &hook);
+}
+
+/// Pods' uids of a WebSite's Deployment (by its labels).
+fn pods_of(ns: &str, site: &str) -> Vec<String> {
+    let out = kubectl_ok(
+        &[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            &format!("app.kubernetes.io/instance={site}"),
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    let list: Value = serde_json::from_str(&out).unwrap();
+    let mut uids: Vec<String> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["uid"].as_str().unwrap().to_string())
+        .collect();
+    uids.sort();
+    uids
+}
+
+#[tokio::test]
+async fn the_two_version_website_serves_both_and_moves_its_storage_with_no_pod_restarted() {
+    const GROUP: &str = "sites.ruleop.dev";
+    const CRD: &str = "websites.sites.ruleop.dev";
+    let client = common::client().await;
+    let _ = kubectl(
+        &["delete", "crd", CRD, "--ignore-not-found", "--timeout=60s"],
+        None,
+    );
+    let ns = common::namespace(&client, "e2e-website-v1").await;
+    let example =
+        include_str!("../examples/versions/website.yaml").replace("sre.example.com", GROUP);
+    let stored_in = |v: &str| example.replace("  storage: v1\n", &format!("  storage: {v}\n"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("website.yaml");
+    std::fs::write(&file, stored_in("v1alpha1")).unwrap();
+    let (op, _, hook) = start(
+        &ns,
+        dir.path().to_str().unwrap(),
+        &["--rules-poll-seconds", "1"],
+    );
+    let site = |name: &str, version: &str, spec: Value| {
+        json!({"apiVersion": format!("{GROUP}/{version}"), "kind": "WebSite",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec})
+        .to_string()
+    };
+    eventually(
+        T,
+        "a v1alpha1 WebSite taken (the CRD and its webhook up)",
+        || async {
+            kubectl(
+                &["apply", "-f", "-"],
+                Some(&site(
+                    "old",
+                    "v1alpha1",
+                    json!({"image": "nginx:1.27", "serviceType": "NodePort"}),
+                )),
+            )
+            .0
+            .then_some(())
+        },
+    )
+    .await;
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&site(
+            "new",
+            "v1",
+            json!({"image": "nginx:1.27", "service": {"type": "ClusterIP"}}),
+        )),
+    );
+    // Both converge: their Deployments' pods run, their Services say the type asked.
+    let mut pods = Vec::new();
+    for (name, service_type) in [("old", "NodePort"), ("new", "ClusterIP")] {
+        eventually(T, &format!("{name}'s Service"), || async {
+            let s = get_json("service", &ns, &format!("{name}-web"))?;
+            (s["spec"]["type"] == service_type).then_some(())
+        })
+        .await;
+        let uids = eventually(T, &format!("{name}'s two pods"), || async {
+            let uids = pods_of(&ns, name);
+            (uids.len() == 2).then_some(uids)
+        })
+        .await;
+        pods.push(uids);
+    }
+    // Each version shows the other's WebSite converted.
+    let new_as_alpha = get_json(&format!("websites.v1alpha1.{GROUP}"), &ns, "new").unwrap();
+    assert_eq!(new_as_alpha["spec"]["serviceType"], "ClusterIP");
+    let old_as_v1 = get_json(&format!("websites.v1.{GROUP}"), &ns, "old").unwrap();
+    assert_eq!(old_as_v1["spec"]["service"]["type"], "NodePort");
+    assert_eq!(old_as_v1["spec"]["replicas"], 2);
+
+    // The storage version moves to v1: migrated, storedVersions trimmed, no pod restarted.
+    std::fs::write(&file, stored_in("v1")).unwrap();
+    eventually(T, "storedVersions trimmed to v1", || async {
+        let crd = get_json("crd", "", CRD)?;
+        (crd["status"]["storedVersions"] == json!(["v1"])).then_some(())
+    })
+    .await;
+    for (name, before) in ["old", "new"].iter().zip(&pods) {
+        assert_eq!(
+            &pods_of(&ns, name),
+            before,
+            "{name}'s pods were not replaced"
+        );
+    }
     cleanup(op, CRD, &ns, &hook);
 }
