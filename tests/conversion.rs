@@ -169,6 +169,12 @@ fn every_object_of_every_version_round_trips_through_every_other() {
                 if rng.u8(..4) == 0 {
                     obj["metadata"]["annotations"] = json!({"team": word(&mut rng)});
                 }
+                // Now and then no spec at all.
+                if rng.u8(..10) == 0
+                    && let Some(o) = obj.as_object_mut()
+                {
+                    o.remove("spec");
+                }
                 for (to, _) in all.iter().filter(|(to, _)| to != from) {
                     let there = ruleop::convert::convert(c, &rule.program, &obj, to)
                         .unwrap_or_else(|e| {

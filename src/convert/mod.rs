@@ -106,6 +106,10 @@ fn to_hub(
             set(&mut spec, field, value.clone());
         }
     }
+    // A spec made only by the defaults: none when converted back.
+    if !had_spec && spec.as_object().is_some_and(|o| !o.is_empty()) {
+        lost.insert(format!("{ABSENT}spec"), json!(true));
+    }
     keep_aside(&mut out, &s.name, lost);
     finish(&mut out, spec, had_spec);
     Ok(out)
@@ -171,8 +175,9 @@ fn from_hub(
     }
     let kept = paths::split(rest, &s.schema, "spec", &mut lost);
     merge(&mut spec, kept);
-    restore(&mut out, &mut spec, &s.name, &s.steps);
+    let absent = restore(&mut out, &mut spec, &s.name, &s.steps);
     keep_aside(&mut out, &c.hub, lost);
+    let had_spec = had_spec && !absent.iter().any(Vec::is_empty);
     finish(&mut out, spec, had_spec);
     Ok(out)
 }

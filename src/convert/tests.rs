@@ -229,3 +229,17 @@ fn a_transform_that_gives_none_keeps_the_value_aside() {
         json!({"a": 1})
     );
 }
+
+#[test]
+fn a_resource_with_no_spec_comes_back_with_none() {
+    let r = rule();
+    let c = r.conversion.as_ref().unwrap();
+    let old = json!({"apiVersion": "x.io/v1alpha1", "kind": "Site", "metadata": {"name": "a"}});
+    let hub = convert(c, &r.program, &old, "v1").unwrap();
+    assert_eq!(
+        hub["spec"],
+        json!({"service": {"annotations": {}}}),
+        "the default"
+    );
+    assert_eq!(convert(c, &r.program, &hub, "v1alpha1").unwrap(), old);
+}
