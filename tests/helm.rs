@@ -337,28 +337,7 @@ impl Drop for Pod {
 
 /// The uids of the pods of WebSite `name` in `ns`.
 fn pods_of(c: &Cluster, ns: &str, name: &str) -> Vec<String> {
-    let pods: Value = serde_json::from_str(&c.kubectl(
-        &[
-            "get",
-            "pods",
-            "-n",
-            ns,
-            "-l",
-            &format!("app.kubernetes.io/instance={name}"),
-            "-o",
-            "json",
-        ],
-        None,
-    ))
-    .unwrap();
-    let mut uids: Vec<String> = pods["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["metadata"]["uid"].as_str().unwrap().to_string())
-        .collect();
-    uids.sort();
-    uids
+    common::website_pods(|args| c.kubectl(args, None), ns, name)
 }
 
 async fn website_ready(c: &Cluster, ns: &str, name: &str) {

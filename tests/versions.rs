@@ -473,28 +473,7 @@ async fn conversion_latency_of_a_list_side_by_side() {
 
 /// Pods' uids of a WebSite's Deployment (by its labels).
 fn pods_of(ns: &str, site: &str) -> Vec<String> {
-    let out = kubectl_ok(
-        &[
-            "get",
-            "pods",
-            "-n",
-            ns,
-            "-l",
-            &format!("app.kubernetes.io/instance={site}"),
-            "-o",
-            "json",
-        ],
-        None,
-    );
-    let list: Value = serde_json::from_str(&out).unwrap();
-    let mut uids: Vec<String> = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["metadata"]["uid"].as_str().unwrap().to_string())
-        .collect();
-    uids.sort();
-    uids
+    common::website_pods(|args| kubectl_ok(args, None), ns, site)
 }
 
 #[tokio::test]

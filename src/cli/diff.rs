@@ -165,12 +165,9 @@ fn offline(args: &DiffArgs) -> anyhow::Result<Tally> {
             // reach it; a field it still lacks takes the new one.
             // Each rule reads the resource in the version it watches (converted by its
             // rule's conversion when written in another).
-            let watched = |r: &CompiledRule, cr: &Value| -> anyhow::Result<Value> {
-                match crate::ruletest::versions::written_in(r, cr) {
-                    Some(v) if v != r.watch.version => crate::ruletest::versions::to_watched(r, cr)
-                        .map_err(|e| anyhow::anyhow!("rule `{}`: {e}", r.name)),
-                    _ => Ok(cr.clone()),
-                }
+            let watched = |r: &CompiledRule, cr: &Value| {
+                crate::ruletest::versions::to_watched(r, cr)
+                    .map_err(|e| anyhow::anyhow!("rule `{}`: {e}", r.name))
             };
             let stored = defaulted(r_old, &watched(r_old, &cr)?, &crds);
             let before = simulate(r_old, &stored, &observed);

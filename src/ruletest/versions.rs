@@ -8,11 +8,7 @@ use serde_json::Value;
 
 /// The schema (`openAPIV3Schema`) of `version` of the rule's kind.
 pub fn schema_of<'a>(rule: &'a CompiledRule, version: &str) -> Option<&'a Value> {
-    rule.crd.as_ref()?["spec"]["versions"]
-        .as_array()?
-        .iter()
-        .find(|v| v["name"] == version)
-        .map(|v| &v["schema"]["openAPIV3Schema"])
+    crate::schema::crd::version_schema(rule.crd.as_ref()?, version)
 }
 
 /// The version `cr` is written in, if it is one of the rule's kind (the watched one or one

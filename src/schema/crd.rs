@@ -183,6 +183,15 @@ pub fn crd(k: &KindSpec<'_>) -> Result<Value, Vec<SchemaProblem>> {
     Ok(crd)
 }
 
+/// The schema (`openAPIV3Schema`) of `version` in `crd`.
+pub fn version_schema<'a>(crd: &'a Value, version: &str) -> Option<&'a Value> {
+    crd["spec"]["versions"]
+        .as_array()?
+        .iter()
+        .find(|v| v["name"] == version)
+        .map(|v| &v["schema"]["openAPIV3Schema"])
+}
+
 /// The path ruleop serves conversions on.
 pub const CONVERT_PATH: &str = "/convert";
 

@@ -669,3 +669,19 @@ pub fn website_rule_and_refused() -> (String, String) {
     assert_ne!(broken, good);
     (good, broken)
 }
+
+/// The uids of the pods of WebSite `name` in `ns`, sorted, as `kubectl` (the shared
+/// cluster's, or another's) lists them.
+pub fn website_pods(kubectl: impl Fn(&[&str]) -> String, ns: &str, name: &str) -> Vec<String> {
+    let selector = format!("app.kubernetes.io/instance={name}");
+    let out = kubectl(&["get", "pods", "-n", ns, "-l", &selector, "-o", "json"]);
+    let pods: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mut uids: Vec<String> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["uid"].as_str().unwrap().to_string())
+        .collect();
+    uids.sort();
+    uids
+}

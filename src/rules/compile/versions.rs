@@ -6,7 +6,7 @@
 use super::compiler::Compiler;
 use crate::rules::program::ExprRef;
 use crate::schema::spec::{ConvertStep, SchemaSpec};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// How the kind's versions convert: each through the hub, the version the rule watches.
@@ -109,12 +109,7 @@ pub(super) fn compile(
         );
     }
     let schema_of = |name: &str| {
-        crd["spec"]["versions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|v| v["name"] == name)
-            .map(|v| v["schema"]["openAPIV3Schema"]["properties"]["spec"].clone())
+        crate::schema::crd::version_schema(crd, name).map(|s| s["properties"]["spec"].clone())
     };
     let hub_schema = schema_of(hub)?;
     let mut spokes = Vec::new();
@@ -146,11 +141,15 @@ pub(super) fn compile(
     })
 }
 
+/// A Kubernetes version name, as kubectl ranks them.
+static VERSION: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$").expect("a valid pattern")
+});
+
 /// The version names: each a Kubernetes version name, once, and not the watched one.
 fn check_names<'a>(c: &mut Compiler<'_>, s: &'a SchemaSpec, hub: &'a str) -> Option<Vec<&'a str>> {
     let mut names = vec![hub];
     let before = c.errors.len();
-    let version = regex::Regex::new(r"^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$").ok()?;
     for (i, v) in s.versions.iter().enumerate() {
         let at = format!("schema.versions[{i}].name");
         if names.contains(&v.name.as_str()) {
@@ -163,7 +162,7 @@ fn check_names<'a>(c: &mut Compiler<'_>, s: &'a SchemaSpec, hub: &'a str) -> Opt
                 ),
                 "give each version once; the watched one's fields are `schema.spec`",
             );
-        } else if !version.is_match(&v.name) {
+        } else if !VERSION.is_match(&v.name) {
             c.error(
                 &at,
                 None,
@@ -407,19 +406,4 @@ fn compile_step(c: &mut Compiler<'_>, at: &str, step: &Kind<'_>) -> Step {
             key: key.to_string(),
         },
     }
-}
-
-/// The spec schemas by version (for tests and tools).
-pub fn spec_schemas(crd: &Value) -> Map<String, Value> {
-    crd["spec"]["versions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|v| {
-            Some((
-                v["name"].as_str()?.to_string(),
-                v["schema"]["openAPIV3Schema"]["properties"]["spec"].clone(),
-            ))
-        })
-        .collect()
 }

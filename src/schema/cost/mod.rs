@@ -110,11 +110,10 @@ fn what(r: &RuleCost) -> String {
         "rule"
     };
     let times = if r.times > 1 {
-        format!(" (run up to {} times per object)", r.times)
+        format!(" (run up to {} times per object)", thousands(r.times))
     } else {
         String::new()
     };
-    let times = times.replace(&r.times.to_string(), &thousands(r.times));
     format!("the {kind} `{}` on {on}{times}", r.expression)
 }
 
