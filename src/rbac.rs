@@ -219,7 +219,15 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
             ]}));
         // A kind in several versions: its storage migrated (every object written again,
         // `storedVersions` trimmed).
-        for r in rules.iter().filter(|r| r.conversion.is_some()) {
+        let migrating: Vec<_> = rules.iter().filter(|r| r.conversion.is_some()).collect();
+        if !migrating.is_empty()
+            && let Some(list) = out.last_mut().and_then(|c| c["rules"].as_array_mut())
+        {
+            // (By the API server's migrator where served: one StorageVersionMigration per
+            // storage change, followed, and taken back when no controller starts it.)
+            list.push(json!({"apiGroups": ["storagemigration.k8s.io"], "resources": ["storageversionmigrations"], "verbs": ["create", "get", "delete"]}));
+        }
+        for r in migrating {
             let Some(crd) = r.crd.as_ref().and_then(|c| c["metadata"]["name"].as_str()) else {
                 continue;
             };

@@ -21,7 +21,7 @@ fn get(ns: &str, version: &str, name: &str) -> Option<Value> {
     get_json(&format!("gateways.{version}.versions.ruleop.dev"), ns, name)
 }
 
-/// ruleop with the rules in `rules`, installing their CRDs and serving its webhook on a
+/// ruleop with the rules in `rules` (none: ""), installing their CRDs and serving its webhook on a
 /// free port, its configuration scoped to this namespace's Rules: the port and the
 /// configuration's name.
 fn start(ns: &str, rules: &str, extra: &[&str]) -> (Operator, u16, String) {
@@ -44,7 +44,8 @@ fn start(ns: &str, rules: &str, extra: &[&str]) -> (Operator, u16, String) {
         &selector,
     ];
     args.extend_from_slice(extra);
-    (Operator::start(ns, &[rules], &args), port, hook)
+    let files: Vec<&str> = [rules].into_iter().filter(|r| !r.is_empty()).collect();
+    (Operator::start(ns, &files, &args), port, hook)
 }
 
 /// The kind's resources and CRD deleted while ruleop still serves the conversions (with
@@ -237,6 +238,37 @@ async fn resources_of_every_version_converge_and_read_as_each_other() {
     );
 }
 
+/// The Rule object of the rules file `text`, labelled for the operator of `ns`.
+fn rule_object(name: &str, ns: &str, text: &str) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rule.yaml");
+    std::fs::write(&file, text).unwrap();
+    let (code, out, err) = common::ruleop_cli(&["rule", "--rules", file.to_str().unwrap()], false);
+    assert_eq!(code, 0, "{err}");
+    let doc = out.split("\n---\n").nth(1).expect("one Rule");
+    let mut rule: Value = serde_yaml::from_str(doc).unwrap();
+    rule["metadata"] = json!({"name": name, "labels": {"ruleop.dev/test": ns}});
+    rule
+}
+
+/// The API server's StorageVersionMigrations ruleop asked for of `crd`, by name (those
+/// of an earlier CRD of that name too).
+fn migrations_of(crd: &str) -> Vec<String> {
+    let (ok, out, _) = kubectl(&["get", "storageversionmigrations", "-o", "json"], None);
+    if !ok {
+        return Vec::new();
+    }
+    let list: Value = serde_json::from_str(&out).unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["metadata"]["name"].as_str())
+        .filter(|n| n.starts_with(&format!("ruleop-{crd}-")))
+        .map(str::to_string)
+        .collect()
+}
+
 #[tokio::test]
 async fn a_new_storage_version_migrates_the_stored_objects_and_trims_stored_versions() {
     const CRD: &str = "gateways.storage.ruleop.dev";
@@ -245,19 +277,35 @@ async fn a_new_storage_version_migrates_the_stored_objects_and_trims_stored_vers
         &["delete", "crd", CRD, "--ignore-not-found", "--timeout=60s"],
         None,
     );
+    common::install_crds(&["deploy/crds/rules.ruleop.dev.yaml"]);
     let ns = common::namespace(&client, "e2e-storage").await;
     let fixture = include_str!("fixtures/versions/gateway.yaml")
         .replace("versions.ruleop.dev", "storage.ruleop.dev");
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("gateway.yaml");
     let stored_in =
         |v: &str| fixture.replace("  versions:\n", &format!("  storage: {v}\n  versions:\n"));
-    std::fs::write(&file, stored_in("v1alpha1")).unwrap();
+    // A Rule object (its status shows the migration), migrated by ruleop itself even
+    // where the cluster serves the API server's migrator.
+    let name = format!("gateway-{ns}");
+    let apply_rule = |v: &str| {
+        kubectl_ok(
+            &["apply", "-f", "-"],
+            Some(&rule_object(&name, &ns, &stored_in(v)).to_string()),
+        )
+    };
     let (op, _, hook) = start(
         &ns,
-        dir.path().to_str().unwrap(),
-        &["--rules-poll-seconds", "1"],
+        "",
+        &["--storage-migration", "ruleop", "--rule-objects=true"],
     );
+    eventually(T, "the Rule admitted", || async {
+        kubectl(
+            &["apply", "-f", "-"],
+            Some(&rule_object(&name, &ns, &stored_in("v1alpha1")).to_string()),
+        )
+        .0
+        .then_some(())
+    })
+    .await;
     let stored = || get_json("crd", "", CRD).map(|c| c["status"]["storedVersions"].clone());
     eventually(T, "the CRD stored in v1alpha1", || async {
         (stored()? == json!(["v1alpha1"])).then_some(())
@@ -291,14 +339,35 @@ async fn a_new_storage_version_migrates_the_stored_objects_and_trims_stored_vers
         Some([a["metadata"]["uid"].clone(), b["metadata"]["uid"].clone()])
     })
     .await;
+    let storage = eventually(T, "the Rule's status.storage", || async {
+        let s = get_json("rule", "", &name)?["status"]["storage"].clone();
+        (s["version"] == "v1alpha1").then_some(s)
+    })
+    .await;
+    assert_eq!(storage["storedVersions"], json!(["v1alpha1"]), "{storage}");
 
     // The rule now stores v1: ruleop applies the CRD, writes both objects again, and
-    // trims storedVersions.
-    std::fs::write(&file, stored_in("v1")).unwrap();
+    // trims storedVersions; the Rule's status says so.
+    apply_rule("v1");
     eventually(T, "storedVersions trimmed to v1", || async {
         (stored()? == json!(["v1"])).then_some(())
     })
     .await;
+    let storage = eventually(T, "the migration done in the Rule's status", || async {
+        let s = get_json("rule", "", &name)?["status"]["storage"].clone();
+        (s["migration"]["phase"] == "Done").then_some(s)
+    })
+    .await;
+    assert_eq!(storage["version"], "v1", "{storage}");
+    assert_eq!(storage["storedVersions"], json!(["v1"]), "{storage}");
+    let m = &storage["migration"];
+    assert_eq!(m["by"], "ruleop", "{storage}");
+    assert_eq!(m["from"], json!(["v1alpha1"]), "{storage}");
+    // Both objects migrated: written again by ruleop, or by a write of their own since
+    // (the rule's new revision writes their status).
+    assert_eq!(m["objects"], 2, "{storage}");
+    assert!(m["rewritten"].as_u64().unwrap() <= 2, "{storage}");
+    assert!(migrations_of(CRD).is_empty(), "ruleop migrated by itself");
     let crd = get_json("crd", "", CRD).unwrap();
     let storage: Vec<&str> = crd["spec"]["versions"]
         .as_array()
@@ -331,6 +400,7 @@ async fn a_new_storage_version_migrates_the_stored_objects_and_trims_stored_vers
     );
 
     cleanup(op, CRD, &ns, &hook);
+    let _ = kubectl(&["delete", "rule", &name, "--ignore-not-found"], None);
 }
 
 /// A percentile of `times` (sorted here).
@@ -485,6 +555,9 @@ async fn the_two_version_website_serves_both_and_moves_its_storage_with_no_pod_r
         &["delete", "crd", CRD, "--ignore-not-found", "--timeout=60s"],
         None,
     );
+    for old in migrations_of(CRD) {
+        let _ = kubectl(&["delete", "storageversionmigration", &old], None);
+    }
     let ns = common::namespace(&client, "e2e-website-v1").await;
     let example =
         include_str!("../examples/versions/website.yaml").replace("sre.example.com", GROUP);
@@ -551,11 +624,60 @@ async fn the_two_version_website_serves_both_and_moves_its_storage_with_no_pod_r
 
     // The storage version moves to v1: migrated, storedVersions trimmed, no pod restarted.
     std::fs::write(&file, stored_in("v1")).unwrap();
+    let by_api = kubectl(
+        &["api-resources", "--api-group=storagemigration.k8s.io"],
+        None,
+    )
+    .1
+    .contains("storageversionmigrations");
+    // The API server's migrator starts once its cache has seen the kind at the
+    // migration's resourceVersion: on a quiet kind, at the next change of one of its
+    // objects (or the next etcd progress notification, minutes later). A user's edit,
+    // every few seconds, once the migration has its resourceVersion.
+    let edits = std::cell::Cell::new(0);
+    let edited = std::cell::Cell::new(std::time::Instant::now());
     eventually(T, "storedVersions trimmed to v1", || async {
         let crd = get_json("crd", "", CRD)?;
-        (crd["status"]["storedVersions"] == json!(["v1"])).then_some(())
+        if crd["status"]["storedVersions"] == json!(["v1"]) {
+            return Some(());
+        }
+        let counted = migrations_of(CRD).first().and_then(|m| {
+            get_json("storageversionmigration", "", m)
+                .map(|m| m["status"]["resourceVersion"].is_string())
+        });
+        if by_api && counted == Some(true) && edited.get().elapsed() > Duration::from_secs(3) {
+            edits.set(edits.get() + 1);
+            edited.set(std::time::Instant::now());
+            let value = format!("edited={}", edits.get());
+            kubectl_ok(
+                &[
+                    "annotate",
+                    "website",
+                    "old",
+                    "-n",
+                    &ns,
+                    &value,
+                    "--overwrite",
+                ],
+                None,
+            );
+        }
+        None
     })
     .await;
+    // Where the cluster serves it (the project's control plane does), the API server's
+    // migrator rewrote the objects, asked for by ruleop.
+    if by_api {
+        let asked = migrations_of(CRD);
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        let svm = get_json("storageversionmigration", "", &asked[0]).unwrap();
+        let succeeded = svm["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Succeeded" && c["status"] == "True");
+        assert!(succeeded, "{svm}");
+    }
     for (name, before) in ["old", "new"].iter().zip(&pods) {
         assert_eq!(
             &pods_of(&ns, name),

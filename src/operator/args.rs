@@ -125,6 +125,11 @@ pub struct RunArgs {
     /// Needs `ruleop rbac --install-crds`.
     #[arg(long)]
     pub install_crds: bool,
+    /// Who rewrites a kind's stored objects when its storage version changes (with
+    /// --install-crds): `auto`, the API server's StorageVersionMigration where the cluster
+    /// serves it (else ruleop); `ruleop`, ruleop itself (a few objects a second).
+    #[arg(long, value_enum, default_value_t = crate::operator::migrate::By::Auto)]
+    pub storage_migration: crate::operator::migrate::By,
     /// Seconds a newer version of a rule, recorded in the cluster by another replica, is
     /// waited for before this replica's files are taken for a rollback (files reach each
     /// replica on their own time: a mounted ConfigMap up to a minute or two apart). A

@@ -310,6 +310,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         clients,
         policy: args.policy(),
         conversion: hook,
+        storage_migration: args.storage_migration,
     };
     let rule_api: kube::Api<kube::api::DynamicObject> =
         kube::Api::all_with(process.client.clone(), &objects::resource());

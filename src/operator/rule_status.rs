@@ -23,6 +23,8 @@ pub struct Running {
     /// The ServiceAccount it runs as (`namespace/name`), and why it waits to start.
     pub identity: Option<String>,
     pub blocked: Option<super::runner::parts::Blocked>,
+    /// Its kind's storage and migration (`status.storage`), for a kind in several versions.
+    pub storage: Option<Value>,
 }
 
 /// One condition, without its time.
@@ -130,6 +132,8 @@ pub fn desired(v: &ObjectVerdict, running: Option<&Running>) -> Value {
             status["rollout"] = Value::Null;
         }
         status["identity"] = identity(r);
+        // (Null: a merge patch removes what an earlier status said.)
+        status["storage"] = r.storage.clone().unwrap_or(Value::Null);
     }
     status
 }
@@ -256,6 +260,7 @@ pub async fn write_all(
                 watch: format!("{}/{}", t.rule.watch.group, t.rule.watch.resource),
                 identity: t.rule.identity.as_ref().map(|i| i.to_string()),
                 blocked: t.info.blocked(),
+                storage: t.info.storage.status(),
             })
         });
         let key = kube::runtime::reflector::ObjectRef::new_with(&name, super::objects::resource());
@@ -342,6 +347,7 @@ mod tests {
             watch: "x.io/webs".into(),
             identity: None,
             blocked: None,
+            storage: None,
         };
         let rolling = desired(&verdict(true), Some(&running));
         assert_eq!(kind(&rolling, 2), ("True".into(), "RollingOut".into()));
@@ -367,6 +373,7 @@ mod tests {
             watch: "x.io/webs".into(),
             identity: None,
             blocked: None,
+            storage: None,
         };
         let first = with_times(desired(&verdict(true), Some(&running)), &json!({}), "T1");
         assert_eq!(first["kind"], "WebSite");
@@ -406,6 +413,7 @@ mod tests {
             watch: "x.io/webs".into(),
             identity: Some("team-a/web".into()),
             blocked: Some(Blocked::Missing(missing)),
+            storage: None,
         };
         let blocked = with_times(desired(&verdict(true), Some(&running)), &json!({}), "T1");
         let ready = &blocked["conditions"][1];

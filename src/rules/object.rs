@@ -237,6 +237,7 @@ pub fn crd() -> Value {
                                     "description": "What runs only because the installation allows it (--allow-secret-reads: each place the rule copies Secret data to)."},
                                 "rollout": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
                                 "identity": {"type": "object", "description": "The ServiceAccount the rule runs as, the permissions it lacks and the RBAC rules that would grant them.", "x-kubernetes-preserve-unknown-fields": true},
+                                "storage": {"type": "object", "description": "A kind in several versions: its storage version, the versions objects are stored in, and the last migration of the stored objects (how, from which versions, how far).", "x-kubernetes-preserve-unknown-fields": true},
                             },
                         },
                     },

@@ -163,6 +163,15 @@ start etcd "$ETCD_BIN/etcd" \
   --listen-metrics-urls "" --unsafe-no-fsync --quota-backend-bytes 4294967296 --log-level warn
 wait_for etcd 30 curl -sf "http://127.0.0.1:$etcd_port/health"
 
+# The API server's storage version migrator (StorageVersionMigration: beta, off by default
+# in Kubernetes 1.36), so that ruleop's use of it is tested; RULEOP_STORAGE_MIGRATOR=0
+# leaves it off, as most clusters have it (ruleop then migrates by itself).
+svm_apiserver="" svm_kcm=""
+if [ "${RULEOP_STORAGE_MIGRATOR:-1}" = 1 ]; then
+  svm_apiserver="--feature-gates StorageVersionMigrator=true --runtime-config storagemigration.k8s.io/v1beta1=true"
+  svm_kcm="--feature-gates StorageVersionMigrator=true"
+fi
+
 start kube-apiserver "$K8S_BIN/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$etcd_port" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
@@ -174,7 +183,7 @@ start kube-apiserver "$K8S_BIN/kube-apiserver" \
   --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
   --allow-privileged=true --disable-admission-plugins ServiceAccount \
   --enable-admission-plugins OwnerReferencesPermissionEnforcement \
-  --cert-dir "$pki" ${RULEOP_APISERVER_EXTRA_ARGS:-}
+  --cert-dir "$pki" $svm_apiserver ${RULEOP_APISERVER_EXTRA_ARGS:-}
 wait_for kube-apiserver 90 https_ok "https://127.0.0.1:$api_port/readyz"
 ready_at=$(date +%s%3N)
 
@@ -190,7 +199,7 @@ start kube-controller-manager "$K8S_BIN/kube-controller-manager" \
   --bind-address 127.0.0.1 --secure-port "$kcm_port" --cert-dir "$dir/kcm-certs" \
   --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
   --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
-  --use-service-account-credentials=false --leader-elect=false --controllers '*' ${RULEOP_KCM_EXTRA_ARGS:-}
+  --use-service-account-credentials=false --leader-elect=false --controllers '*' $svm_kcm ${RULEOP_KCM_EXTRA_ARGS:-}
 start kube-scheduler "$K8S_BIN/kube-scheduler" \
   --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
   --bind-address 127.0.0.1 --secure-port "$sched_port" --cert-dir "$dir/scheduler-certs" --leader-elect=false ${RULEOP_SCHEDULER_EXTRA_ARGS:-}

@@ -270,10 +270,15 @@ async fn run(
     });
     // A kind in several versions: its objects move to a new storage version.
     let _migrate = (opts.install_crds && rule.conversion.is_some()).then(|| {
+        let migrator = super::migrate::Migrator {
+            client: own.clone(),
+            fence: opts.process.fence.clone(),
+            by: opts.storage_migration,
+            storage: info.storage.clone(),
+        };
         AbortOnDrop(tokio::spawn(super::migrate::keep_migrating(
-            own.clone(),
+            migrator,
             rule.clone(),
-            opts.process.fence.clone(),
         )))
     });
     let w = &rule.watch;

@@ -41,6 +41,8 @@ pub struct Options {
     /// The conversion webhook, for the CRDs of kinds with several versions (None: no
     /// webhook served, and such a CRD is not installed).
     pub conversion: Option<crate::operator::webhook::Hook>,
+    /// Who migrates a kind's stored objects to a new storage version.
+    pub storage_migration: crate::operator::migrate::By,
 }
 
 /// What a running rule shows of itself (for a Rule's status).
@@ -57,6 +59,8 @@ pub struct RuleInfo {
     rollout: std::sync::Mutex<Option<Option<serde_json::Value>>>,
     /// Why the rule waits to start: its ServiceAccount lacks permissions.
     blocked: std::sync::Mutex<Option<Blocked>>,
+    /// Its kind's storage (a kind in several versions whose CRD ruleop installs).
+    pub storage: Arc<crate::operator::migrate::progress::Shared>,
 }
 
 impl RuleInfo {
