@@ -2,8 +2,10 @@
 //! server's audit log. A rule with a collection, `when`, `after`, `observed`, an existing
 //! selector and an orphaned child is edited (ids renamed, children and kinds added and
 //! removed, `when` flipped, a collection renamed, a wait added); resources are edited,
-//! made and deleted; ruleop is killed; two replicas fail over while one's files lag
-//! behind the other's by a few versions; the API server restarts.
+//! made and deleted (in either version of the kind); the kind's storage version moves
+//! (ruleop installs its CRD, serves its conversions from every replica and rewrites the
+//! stored objects); ruleop is killed; two replicas fail over while one's files lag behind
+//! the other's by a few versions; the API server restarts.
 //!
 //! Checked, from the audit log and the objects: ruleop writes nothing it does not own;
 //! it never deletes an object that the rule in force renders both before and after the
@@ -38,6 +40,8 @@ use std::time::Duration;
 /// A replica: its rules file, its process, and the version its file holds.
 struct Replica {
     name: &'static str,
+    /// Where it serves its webhook (conversions).
+    webhook: u16,
     file: PathBuf,
     /// The rule its file holds now.
     current: Arc<CompiledRule>,
@@ -48,9 +52,11 @@ struct Replica {
 }
 
 impl Replica {
-    fn start(&mut self, kc: &str) {
+    fn start(&mut self, kc: &str, front: u16) {
         self.starts += 1;
         let identity = format!("{}-{}", self.name, self.starts);
+        let addr = format!("127.0.0.1:{}", self.webhook);
+        let url = format!("https://127.0.0.1:{front}/validate-rules");
         let args = [
             "--leader-elect",
             "--lease-namespace",
@@ -67,6 +73,17 @@ impl Replica {
             // newest, prunes only after this wait (the files lag a few steps at most).
             "--rules-settle-seconds",
             "60",
+            // The kind's CRD installed, its conversions served, its storage migrated by
+            // ruleop itself (the writes this test audits).
+            "--install-crds",
+            "--webhook-addr",
+            &addr,
+            "--webhook-url",
+            &url,
+            "--webhook-name",
+            "churn",
+            "--storage-migration",
+            "ruleop",
         ];
         self.op = Some(Operator::start_with_env(
             NS,
@@ -96,6 +113,49 @@ impl Replica {
     }
 }
 
+/// A Box as its `v2` says it (`greeting` is `hello`), or as it is.
+fn in_version(mut b: Value, v2: bool) -> Value {
+    if v2 {
+        b["apiVersion"] = "trust.ruleop.dev/v2".into();
+        if let Some(spec) = b["spec"].as_object_mut()
+            && let Some(g) = spec.remove("greeting")
+        {
+            spec.insert("hello".into(), g);
+        }
+    }
+    b
+}
+
+/// One address for the replicas' webhooks, as a Service gives: each connection goes to
+/// the first replica that takes it. (Threads: the test blocks on kubectl, and the API
+/// server converts while it does.)
+fn webhook_front(replicas: [u16; 2]) -> u16 {
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for inbound in listener.incoming().flatten() {
+            let Some(outbound) = replicas
+                .iter()
+                .find_map(|p| TcpStream::connect(("127.0.0.1", *p)).ok())
+            else {
+                continue;
+            };
+            let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                });
+            };
+            if let (Ok(i), Ok(o)) = (inbound.try_clone(), outbound.try_clone()) {
+                pipe(i, outbound);
+                pipe(o, inbound);
+            }
+        }
+    });
+    port
+}
+
 #[tokio::test]
 async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothing() {
     let seed: u64 = std::env::var("RULEOP_CHURN_SEED")
@@ -112,30 +172,17 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
     let (cluster, audit) = common::cluster_with_audit(NS, POLICY, dir.path(), &[]);
     let _keep_audit = KeepOnFailure(audit.clone(), seed);
     let kc = cluster.kubeconfig.clone();
-    cluster.kubectl(
-        &[
-            "apply",
-            "-f",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/trust/crd.yaml"),
-        ],
-        None,
-    );
-    cluster.kubectl(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/boxes.trust.ruleop.dev",
-            "--timeout=60s",
-        ],
-        None,
-    );
     cluster.kubectl(&["create", "namespace", OP_NS], None);
     let shared = others_objects(&kc);
     let mut shape = Shape::first();
+    let webhooks = [common::free_port(), common::free_port()];
+    let front = webhook_front(webhooks);
     let mut replicas: Vec<Replica> = ["a", "b"]
         .into_iter()
-        .map(|name| Replica {
+        .zip(webhooks)
+        .map(|(name, webhook)| Replica {
             name,
+            webhook,
             file: dir.path().join(format!("{name}.yaml")),
             current: load(&shape.text()),
             op: None,
@@ -145,8 +192,24 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
         .collect();
     for r in &mut replicas {
         std::fs::write(&r.file, shape.text()).unwrap();
-        r.start(&kc);
+        r.start(&kc, front);
     }
+    // The leader installs the kind's CRD.
+    eventually(Duration::from_secs(120), "the Box CRD", || async {
+        kubectl_at(
+            &kc,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "crd/boxes.trust.ruleop.dev",
+                "--timeout=5s",
+            ],
+            None,
+        )
+        .0
+        .then_some(())
+    })
+    .await;
     let mut specs = first_boxes(&kc, &mut rng);
     let mut next = 4;
     // The objects the `existing` selector finds now (one is relabelled back and forth).
@@ -161,6 +224,7 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
     // Each step's start and what was expected before and after it.
     let mut marks: Vec<Mark> = Vec::new();
     let (mut edits, mut kills, mut failovers, mut restarts) = (0, 0, 0, 0);
+    let mut moves = 0;
     // Every orphaned child's object ever seen: none may ever go.
     let mut keeps: BTreeSet<String> = BTreeSet::new();
     for step in 0..steps {
@@ -178,6 +242,7 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
                 replicas[first].write(&text);
                 replicas[1 - first].behind.push((step + lag, text));
                 edits += 1;
+                moves += usize::from(what.starts_with("move the kind's storage"));
                 format!("rule edit: {what} (the other replica's files {lag} steps behind)")
             }
             6..=12 if !specs.is_empty() => {
@@ -188,9 +253,11 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
                     .cloned()
                     .unwrap();
                 let spec = random_spec(&mut rng);
-                apply(&kc, &a_box(&name, &spec));
+                // Written in either version (v2 calls `greeting` `hello`).
+                let v2 = rng.bool();
+                apply(&kc, &in_version(a_box(&name, &spec), v2));
                 specs.insert(name.clone(), spec);
-                format!("edit {name}")
+                format!("edit {name}{}", if v2 { " (as v2)" } else { "" })
             }
             6..=13 => {
                 let name = format!("r{next}");
@@ -217,7 +284,7 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
                 let leader = holder(&kc).unwrap_or_default();
                 let i = if leader.starts_with('b') { 1 } else { 0 };
                 replicas[i].kill();
-                replicas[i].start(&kc);
+                replicas[i].start(&kc, front);
                 if leader.is_empty() {
                     kills += 1;
                 } else {
@@ -228,7 +295,7 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
             18 => {
                 let i = rng.usize(0..2);
                 replicas[i].kill();
-                replicas[i].start(&kc);
+                replicas[i].start(&kc, front);
                 kills += 1;
                 format!("kill replica {}", replicas[i].name)
             }
@@ -277,7 +344,7 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
     }
     let end = Timestamp::now();
     println!(
-        "churn: {steps} steps: {edits} rule edits, {kills} kills, {failovers} failovers, {restarts} API server restarts"
+        "churn: {steps} steps: {edits} rule edits ({moves} storage moves), {kills} kills, {failovers} failovers, {restarts} API server restarts"
     );
 
     // Every resource converges to a fresh render, Synced and Ready.
@@ -326,6 +393,24 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
         took.elapsed().as_secs_f64()
     );
 
+    // The kind is stored in the storage version alone: every move's objects migrated.
+    let stored = eventually(
+        Duration::from_secs(60),
+        "storedVersions trimmed",
+        || async {
+            let (_, out, _) = kubectl_at(
+                &kc,
+                &["get", "crd", "boxes.trust.ruleop.dev", "-o", "json"],
+                None,
+            );
+            let crd: Value = serde_json::from_str(&out).ok()?;
+            let stored = crd["status"]["storedVersions"].clone();
+            (stored == serde_json::json!([shape.storage])).then_some(stored)
+        },
+    )
+    .await;
+    println!("churn: stored in {stored} alone");
+
     // Nothing written in the window after.
     let quiet_seconds: u64 = std::env::var("RULEOP_CHURN_QUIET_SECONDS")
         .ok()
@@ -334,7 +419,22 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
     let quiet = Timestamp::now();
     tokio::time::sleep(Duration::from_secs(quiet_seconds)).await;
     let writes = ruleops_writes(&audit);
-    check_writes(&writes, quiet, seed, &[]);
+    let rewritten = writes
+        .iter()
+        .filter(|w| w.verb == "update" && w.resource == "boxes" && w.subresource.is_empty())
+        .filter(|w| w.code < 400)
+        .count();
+    println!("churn: {rewritten} boxes written again by storage migrations ({moves} moves)");
+    // (Cluster-scoped: the kind's CRD and its status, the webhook's configuration.)
+    check_writes(
+        &writes,
+        quiet,
+        seed,
+        &[
+            "customresourcedefinitions",
+            "validatingwebhookconfigurations",
+        ],
+    );
 
     // No delete of what every version in the replicas' files rendered all along (see
     // `wrong_deletes`); never one of an orphaned child's object.

@@ -52,9 +52,21 @@ pub fn holder(kc: &str) -> Option<String> {
     (ok && !out.is_empty()).then_some(out)
 }
 
+/// Applies `obj`, again for a while if it fails (a version other than the storage one
+/// needs a replica up to convert it: one killed a moment ago may be restarting).
 pub fn apply(kc: &str, obj: &Value) {
-    let (ok, _, err) = kubectl_at(kc, &["apply", "-f", "-"], Some(&obj.to_string()));
-    assert!(ok, "{err}");
+    let start = std::time::Instant::now();
+    loop {
+        let (ok, _, err) = kubectl_at(kc, &["apply", "-f", "-"], Some(&obj.to_string()));
+        if ok {
+            return;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "{err}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
 }
 
 pub fn a_box(name: &str, spec: &Value) -> Value {
@@ -75,6 +87,9 @@ pub struct Write {
     pub at: Timestamp,
     pub verb: String,
     pub resource: String,
+    /// `status`, or "" for the object itself (the churn test counts the migration's).
+    #[allow(dead_code)]
+    pub subresource: String,
     pub namespace: String,
     pub name: String,
     pub code: i64,
@@ -96,6 +111,10 @@ pub fn ruleops_writes(audit: &str) -> Vec<Write> {
                 at: e["requestReceivedTimestamp"].as_str()?.parse().ok()?,
                 verb: e["verb"].as_str()?.to_string(),
                 resource: e["objectRef"]["resource"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                subresource: e["objectRef"]["subresource"]
                     .as_str()
                     .unwrap_or("")
                     .to_string(),
@@ -257,7 +276,20 @@ pub fn converged(
 ) -> Result<(), String> {
     let mut boxes = BTreeMap::new();
     for name in specs.keys() {
-        let (ok, out, _) = kubectl_at(kc, &["get", "box", name, "-n", NS, "-o", "json"], None);
+        // (In the version the rule watches: kubectl takes the highest, v2 in the churn.)
+        let (ok, out, _) = kubectl_at(
+            kc,
+            &[
+                "get",
+                "boxes.v1.trust.ruleop.dev",
+                name,
+                "-n",
+                NS,
+                "-o",
+                "json",
+            ],
+            None,
+        );
         if !ok {
             return Err(format!("box {name} missing"));
         }

@@ -24,8 +24,12 @@ pub struct Shape {
     pub keep: bool,
     /// One object per existing ConfigMap labelled `churn-shared`.
     pub mirror: bool,
-    /// The kinds of edit not yet drawn in this round of seven: every kind comes once
-    /// in every seven edits, whatever the seed.
+    /// The version the kind is stored in (`v1`, watched, or `v2`, which calls
+    /// `greeting` `hello`): each move has the stored objects migrated, where ruleop
+    /// installs the CRD.
+    pub storage: &'static str,
+    /// The kinds of edit not yet drawn in this round of eight: every kind comes once
+    /// in every eight edits, whatever the seed.
     pub deck: Vec<usize>,
 }
 
@@ -40,6 +44,7 @@ impl Shape {
             peers_prefix: "p",
             keep: true,
             mirror: true,
+            storage: "v1",
             deck: Vec::new(),
         }
     }
@@ -66,6 +71,14 @@ impl Shape {
             },
             p = self.peers_prefix,
         );
+        // The kind in two versions, so that its storage can move (with `--install-crds`).
+        let schema = format!(
+            "schema:\n  kind: Box\n  storage: {}\n  spec: {{greeting: string, image: string, expose: boolean, peers: \"[]string\"}}\n  \
+             versions:\n    - name: v2\n      spec: {{hello: string, image: string, expose: boolean, peers: \"[]string\"}}\n      \
+             convert:\n        - move: {{from: spec.hello, to: spec.greeting}}\n",
+            self.storage
+        );
+        s = s.replacen("children:\n", &format!("{schema}children:\n"), 1);
         if self.extra {
             s.push_str("  - id: extra\n    template: {apiVersion: v1, kind: Secret, metadata: {name: \"{{ name }}-extra\"}, stringData: {a: b}}\n");
         }
@@ -80,7 +93,7 @@ impl Shape {
 
     pub fn mutate(&mut self, rng: &mut fastrand::Rng) -> &'static str {
         if self.deck.is_empty() {
-            self.deck = (0..7).collect();
+            self.deck = (0..8).collect();
             rng.shuffle(&mut self.deck);
         }
         match self.deck.pop().unwrap_or_default() {
@@ -112,9 +125,13 @@ impl Shape {
                 self.keep = !self.keep;
                 "add or remove the orphaned child"
             }
-            _ => {
+            6 => {
                 self.mirror = !self.mirror;
                 "add or remove the existing-selector collection"
+            }
+            _ => {
+                self.storage = if self.storage == "v1" { "v2" } else { "v1" };
+                "move the kind's storage version (its stored objects migrated)"
             }
         }
     }
