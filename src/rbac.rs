@@ -239,6 +239,24 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
         out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": crds},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": crds}, "subjects": subject}));
     }
+    // A kind in several versions whose CRD others apply: ruleop's CA kept in its
+    // conversion webhook (the CRD watched, and patched, by name).
+    let converted: Vec<String> = rules
+        .iter()
+        .filter(|r| r.conversion.is_some())
+        .filter_map(|r| {
+            r.crd.as_ref()?["metadata"]["name"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    if !t.install_crds && !converted.is_empty() {
+        let ca = format!("{}-conversion-ca", t.name);
+        out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": ca},
+            "rules": [{"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "resourceNames": converted, "verbs": ["get", "list", "watch", "patch"]}]}));
+        out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": ca},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ca}, "subjects": subject}));
+    }
     // The Rule objects it serves, whatever the scope of the rest: Rules are cluster-scoped.
     let rule_objects = format!("{}-rules", t.name);
     out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": rule_objects},

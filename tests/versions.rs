@@ -21,17 +21,23 @@ fn get(ns: &str, version: &str, name: &str) -> Option<Value> {
     get_json(&format!("gateways.{version}.versions.ruleop.dev"), ns, name)
 }
 
-/// ruleop with the rules in `rules` (none: ""), installing their CRDs and serving its webhook on a
-/// free port, its configuration scoped to this namespace's Rules: the port and the
-/// configuration's name.
+/// ruleop with the rules in `rules` (none: ""), installing their CRDs and serving its
+/// webhook on a free port, its configuration scoped to this namespace's Rules: the port and
+/// the configuration's name.
 fn start(ns: &str, rules: &str, extra: &[&str]) -> (Operator, u16, String) {
     let port = common::free_port();
+    let (op, hook) = serve(ns, rules, extra, port, true);
+    (op, port, hook)
+}
+
+/// ruleop serving its webhook on `port`, installing the rules' CRDs or not: it and the
+/// webhook configuration's name.
+fn serve(ns: &str, rules: &str, extra: &[&str], port: u16, install: bool) -> (Operator, String) {
     let addr = format!("127.0.0.1:{port}");
     let url = format!("https://127.0.0.1:{port}/validate-rules");
     let hook = format!("ruleop-{ns}");
     let selector = format!("ruleop.dev/test={ns}");
     let mut args = vec![
-        "--install-crds",
         "--lease-namespace",
         ns,
         "--webhook-addr",
@@ -43,9 +49,12 @@ fn start(ns: &str, rules: &str, extra: &[&str]) -> (Operator, u16, String) {
         "--rule-selector",
         &selector,
     ];
+    if install {
+        args.push("--install-crds");
+    }
     args.extend_from_slice(extra);
     let files: Vec<&str> = [rules].into_iter().filter(|r| !r.is_empty()).collect();
-    (Operator::start(ns, &files, &args), port, hook)
+    (Operator::start(ns, &files, &args), hook)
 }
 
 /// The kind's resources and CRD deleted while ruleop still serves the conversions (with
@@ -685,5 +694,76 @@ async fn the_two_version_website_serves_both_and_moves_its_storage_with_no_pod_r
             "{name}'s pods were not replaced"
         );
     }
+    cleanup(op, CRD, &ns, &hook);
+}
+
+#[tokio::test]
+async fn a_crd_applied_from_ruleop_crd_gets_ruleops_ca_and_converts() {
+    const CRD: &str = "gateways.gitops.ruleop.dev";
+    let client = common::client().await;
+    let _ = kubectl(
+        &["delete", "crd", CRD, "--ignore-not-found", "--timeout=60s"],
+        None,
+    );
+    let ns = common::namespace(&client, "e2e-gitops").await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &file,
+        include_str!("fixtures/versions/gateway.yaml")
+            .replace("versions.ruleop.dev", "gitops.ruleop.dev"),
+    )
+    .unwrap();
+    // The CRD as GitOps applies it: `ruleop crd`, with no CA (ruleop's is made at run).
+    let port = common::free_port();
+    let url = format!("https://127.0.0.1:{port}/validate-rules");
+    let rules = file.to_str().unwrap();
+    let (code, crd, err) =
+        common::ruleop_cli(&["crd", "--rules", rules, "--webhook-url", &url], false);
+    assert_eq!(code, 0, "{err}");
+    let printed: Value = serde_yaml::from_str(crd.split("\n---\n").nth(1).unwrap()).unwrap();
+    let cc = &printed["spec"]["conversion"]["webhook"]["clientConfig"];
+    assert_eq!(
+        cc["url"],
+        format!("https://127.0.0.1:{port}/convert"),
+        "{cc}"
+    );
+    assert!(cc.get("caBundle").is_none(), "{cc}");
+    kubectl_ok(&["apply", "-f", "-"], Some(&crd));
+    kubectl_ok(
+        &[
+            "wait",
+            "--for=condition=Established",
+            &format!("crd/{CRD}"),
+            "--timeout=60s",
+        ],
+        None,
+    );
+
+    // ruleop, not installing CRDs, writes its CA into the CRD: a v1alpha1 Gateway (stored
+    // as v1) is converted and served.
+    let (op, hook) = serve(&ns, rules, &[], port, false);
+    let gw = json!({"apiVersion": "gitops.ruleop.dev/v1alpha1", "kind": "Gateway",
+        "metadata": {"name": "a", "namespace": ns}, "spec": {"host": "a.example.com"}})
+    .to_string();
+    eventually(
+        T,
+        "a v1alpha1 Gateway taken (the CA in the CRD)",
+        || async { kubectl(&["apply", "-f", "-"], Some(&gw)).0.then_some(()) },
+    )
+    .await;
+    let ca = get_json("crd", "", CRD).unwrap()["spec"]["conversion"]["webhook"]["clientConfig"]
+        ["caBundle"]
+        .clone();
+    assert!(ca.as_str().is_some_and(|c| !c.is_empty()), "{ca}");
+    eventually(T, "the Gateway rendered", || async {
+        let c = get_json("configmap", &ns, "a-gateway")?;
+        (c["data"]["listen"] == "a.example.com:80").then_some(())
+    })
+    .await;
+    assert_eq!(
+        get_json("gateways.v1alpha1.gitops.ruleop.dev", &ns, "a").unwrap()["spec"]["host"],
+        "a.example.com"
+    );
     cleanup(op, CRD, &ns, &hook);
 }

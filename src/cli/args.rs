@@ -160,6 +160,18 @@ pub(super) struct CrdArgs {
     /// Print the CRD of the Rule kind (`rules.ruleop.dev`) instead.
     #[arg(long, conflicts_with = "rules")]
     pub(super) rule_kind: bool,
+    /// A kind in several versions: the Service `namespace/name` (port 443) of ruleop's
+    /// conversion webhook, as `ruleop run --webhook-service` says it...
+    #[arg(long, default_value = "ruleop-system/ruleop-webhook")]
+    pub(super) webhook_service: String,
+    /// ...or its URL, as `ruleop run --webhook-url` (which wins).
+    #[arg(long)]
+    pub(super) webhook_url: Option<String>,
+    /// The CA (a PEM file) the API server trusts the conversion webhook by, when it is not
+    /// ruleop's own (e.g. cert-manager's). Without it, the CRD has no `caBundle`: the
+    /// leader writes its own CA into it (and keeps it) once it runs.
+    #[arg(long)]
+    pub(super) ca_bundle: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -146,8 +146,28 @@ fn crd_cmd(args: CrdArgs) -> anyhow::Result<ExitCode> {
     let Some(loaded) = load_all_or_report(&args.rules) else {
         return Ok(ExitCode::FAILURE);
     };
+    let service = args
+        .webhook_service
+        .split_once('/')
+        .map(|(ns, name)| (ns.to_string(), name.to_string()))
+        .ok_or_else(|| anyhow::anyhow!("--webhook-service: give it as namespace/name"))?;
+    let client_config =
+        crate::operator::webhook::conversion_client_config(args.webhook_url.as_deref(), &service);
+    let ca = match &args.ca_bundle {
+        Some(file) => {
+            use base64::Engine as _;
+            let pem = std::fs::read(file)
+                .map_err(|e| anyhow::anyhow!("--ca-bundle {}: {e}", file.display()))?;
+            Some(base64::engine::general_purpose::STANDARD.encode(pem))
+        }
+        None => None,
+    };
     for rule in &loaded {
-        match &rule.crd {
+        let crd = rule
+            .crd
+            .clone()
+            .map(|c| crate::schema::crd::with_conversion(c, client_config.clone(), ca.as_deref()));
+        match &crd {
             Some(crd) => out!(
                 "# Generated from {} (rule `{}`) by `ruleop crd`. Do not edit: regenerate.\n---\n{}",
                 rule.at.file.display(),

@@ -191,7 +191,7 @@ fn the_crd_lists_every_version_with_the_conversion_webhook() {
     let crd = crate::schema::crd::with_conversion(
         crd.clone(),
         json!({"url": "https://127.0.0.1:9443"}),
-        "Q0E=",
+        Some("Q0E="),
     );
     assert_eq!(
         crd["spec"]["conversion"]["webhook"]["clientConfig"],

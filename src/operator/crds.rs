@@ -187,7 +187,7 @@ pub fn converted_by(crd: &Value, hook: Option<&super::webhook::Hook>) -> Result<
     Ok(crate::schema::crd::with_conversion(
         crd.clone(),
         hook.client_config.clone(),
-        &ca,
+        Some(&ca),
     ))
 }
 

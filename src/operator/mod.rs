@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod args;
+pub mod ca_inject;
 pub mod crds;
 pub mod inventory;
 pub mod metrics_auth;

@@ -196,16 +196,21 @@ pub fn version_schema<'a>(crd: &'a Value, version: &str) -> Option<&'a Value> {
 pub const CONVERT_PATH: &str = "/convert";
 
 /// `crd` with its conversion webhook reached at `client_config` (a `url`, or a `service`
-/// whose `path` is set here) and trusting `ca_bundle` (base64 PEM); unchanged if it has
+/// whose `path` is set here) and trusting `ca_bundle` (base64 PEM; none: the bundle is left out); unchanged if it has
 /// one version.
-pub fn with_conversion(mut crd: Value, client_config: Value, ca_bundle: &str) -> Value {
-    let webhook = &mut crd["spec"]["conversion"]["webhook"];
-    if webhook.is_object() {
+pub fn with_conversion(mut crd: Value, client_config: Value, ca_bundle: Option<&str>) -> Value {
+    // (Looked up, not indexed: indexing would add the keys to a CRD of one version.)
+    let webhook = crd
+        .pointer_mut("/spec/conversion/webhook")
+        .filter(|w| w.is_object());
+    if let Some(webhook) = webhook {
         let mut cc = client_config;
         if cc["service"].is_object() {
             cc["service"]["path"] = json!(CONVERT_PATH);
         }
-        cc["caBundle"] = json!(ca_bundle);
+        if let Some(ca) = ca_bundle {
+            cc["caBundle"] = json!(ca);
+        }
         webhook["clientConfig"] = cc;
     }
     crd

@@ -268,6 +268,20 @@ async fn run(
         );
         Some(AbortOnDrop(tokio::spawn(install)))
     });
+    // A kind in several versions whose CRD is applied by others (GitOps, from `ruleop
+    // crd`): ruleop's CA kept in its conversion webhook.
+    let _ca = (!opts.install_crds && rule.conversion.is_some())
+        .then(|| {
+            let name = rule.crd.as_ref()?["metadata"]["name"].as_str()?.to_string();
+            let keep = super::ca_inject::keep(
+                own.clone(),
+                name,
+                opts.conversion.clone()?,
+                opts.process.fence.clone(),
+            );
+            Some(AbortOnDrop(tokio::spawn(keep)))
+        })
+        .flatten();
     // A kind in several versions: its objects move to a new storage version.
     let _migrate = (opts.install_crds && rule.conversion.is_some()).then(|| {
         let migrator = super::migrate::Migrator {

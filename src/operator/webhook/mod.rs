@@ -69,23 +69,28 @@ impl Hook {
     }
 }
 
+/// Where the API server posts conversions: the webhook's URL (`--webhook-url`) with the
+/// conversion path, or its Service `(namespace, name)` (`--webhook-service`), port 443.
+pub fn conversion_client_config(url: Option<&str>, service: &(String, String)) -> Value {
+    match url {
+        Some(url) => {
+            let scheme_host = url
+                .find("://")
+                .and_then(|i| url[i + 3..].find('/').map(|j| &url[..i + 3 + j]))
+                .unwrap_or(url);
+            json!({"url": format!("{scheme_host}{}", crate::schema::crd::CONVERT_PATH)})
+        }
+        None => json!({"service": {"namespace": service.0, "name": service.1,
+            "path": crate::schema::crd::CONVERT_PATH, "port": 443}}),
+    }
+}
+
 impl Config {
     /// Where conversions are posted: the webhook's URL with the conversion path, or its
     /// Service.
     pub fn hook(&self) -> Hook {
-        let client_config = match &self.url {
-            Some(url) => {
-                let scheme_host = url
-                    .find("://")
-                    .and_then(|i| url[i + 3..].find('/').map(|j| &url[..i + 3 + j]))
-                    .unwrap_or(url);
-                json!({"url": format!("{scheme_host}{}", crate::schema::crd::CONVERT_PATH)})
-            }
-            None => json!({"service": {"namespace": self.service.0, "name": self.service.1,
-                "path": crate::schema::crd::CONVERT_PATH, "port": 443}}),
-        };
         Hook {
-            client_config,
+            client_config: conversion_client_config(self.url.as_deref(), &self.service),
             ca: Arc::default(),
         }
     }
