@@ -19,7 +19,10 @@ pub struct Serving {
     pub source: String,
 }
 
-/// The kinds served now, kept up to date by the operator each time it puts rules in force.
+/// The kinds served now, kept up to date by the operator each time it puts rules in force,
+/// and the conversions of the kinds in several versions: each the last a rule in force had,
+/// kept after that rule leaves (its CRD may stay, with objects stored in a version, and the
+/// API server still asks to convert them).
 #[derive(Debug, Default)]
 pub struct Served(RwLock<Vec<Serving>>, RwLock<Vec<Arc<CompiledRule>>>);
 
@@ -43,31 +46,39 @@ impl Served {
             *s = now;
         }
         if let Ok(mut c) = self.1.write() {
-            *c = rules
-                .iter()
-                .filter(|r| r.conversion.is_some())
-                .cloned()
-                .collect();
+            for r in rules.iter().filter(|r| r.conversion.is_some()) {
+                let kind = kind_of(r);
+                c.retain(|old| !(old.watch.group == r.watch.group && kind_of(old) == kind));
+                c.push(r.clone());
+            }
         }
     }
 
-    /// The rule in force that converts the versions of `kind` in `group`.
+    /// The rule that converts the versions of `kind` in `group`: the one in force, else the
+    /// last one that was.
     pub fn converting(&self, group: &str, kind: &str) -> Option<Arc<CompiledRule>> {
         let rules = self.1.read().ok()?;
         rules
             .iter()
-            .find(|r| {
-                r.watch.group == group
-                    && r.crd
-                        .as_ref()
-                        .is_some_and(|c| c["spec"]["names"]["kind"] == kind)
-            })
+            .find(|r| r.watch.group == group && kind_of(r) == Some(kind))
             .cloned()
+    }
+
+    /// Whether a rule in force serves `group`'s `resource`.
+    pub fn serves(&self, group: &str, resource: &str) -> bool {
+        self.snapshot()
+            .iter()
+            .any(|s| s.group == group && s.resource == resource)
     }
 
     fn snapshot(&self) -> Vec<Serving> {
         self.0.read().map(|s| s.clone()).unwrap_or_default()
     }
+}
+
+/// The kind of a rule's CRD.
+fn kind_of(r: &CompiledRule) -> Option<&str> {
+    r.crd.as_ref()?["spec"]["names"]["kind"].as_str()
 }
 
 /// The answer to a review, before its author's right is asked.
@@ -227,6 +238,35 @@ mod tests {
                     "spec": {"replicas": replicas, "selector": {"matchLabels": {"a": "b"}},
                         "template": {"metadata": {"labels": {"a": "b"}},
                             "spec": {"containers": [{"name": "c", "image": "i"}]}}}}}]}})
+    }
+
+    #[test]
+    fn a_kinds_conversion_outlives_its_rule_until_another_replaces_it() {
+        let text = include_str!("../../../tests/fixtures/versions/gateway.yaml");
+        let load = |t: &str| {
+            let (mut rules, errors) =
+                crate::rules::load_str(t, std::path::Path::new("gateway.yaml"));
+            assert!(errors.is_empty(), "{errors:?}");
+            rules.remove(0)
+        };
+        let served = Served::new();
+        served.set(&[load(text)]);
+        assert!(served.serves("versions.ruleop.dev", "gateways"));
+        assert!(
+            served
+                .converting("versions.ruleop.dev", "Gateway")
+                .is_some()
+        );
+        // The rule leaves: its kind is no longer served, but its CRD may stay.
+        served.set(&[]);
+        assert!(!served.serves("versions.ruleop.dev", "gateways"));
+        let kept = served.converting("versions.ruleop.dev", "Gateway").unwrap();
+        assert_eq!(kept.name, "gateway");
+        // A new rule of the kind replaces it.
+        served.set(&[load(&text.replace("name: gateway\n", "name: gateway2\n"))]);
+        let now = served.converting("versions.ruleop.dev", "Gateway").unwrap();
+        assert_eq!(now.name, "gateway2");
+        assert!(served.converting("versions.ruleop.dev", "Other").is_none());
     }
 
     #[test]

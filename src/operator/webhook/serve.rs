@@ -176,6 +176,12 @@ fn convert(review: &serde_json::Value, served: &super::review::Served) -> serde_
         .unwrap_or_default();
     let kind = request["objects"][0]["kind"].as_str().unwrap_or_default();
     let rule = served.converting(group, kind);
+    if let Some(r) = rule
+        .as_ref()
+        .filter(|r| !served.serves(group, &r.watch.resource))
+    {
+        tracing::debug!(%group, %kind, rule = %r.name, "converting by the last conversion of a rule no longer in force");
+    }
     let started = std::time::Instant::now();
     let answer = crate::convert::review::answer(review, |g, k| {
         let r = rule.as_ref().filter(|_| g == group && k == kind)?;
