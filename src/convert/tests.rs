@@ -177,6 +177,39 @@ fn check_refuses_a_conversion_that_leaves_a_field_out() {
 }
 
 #[test]
+fn check_refuses_a_default_the_hub_field_would_refuse() {
+    // A default of another type than its field.
+    let text = RULE.replace(
+        "field: spec.service.annotations, value: {}",
+        "field: spec.service.annotations, value: none",
+    );
+    let all = errors(&text);
+    assert!(
+        all.iter().any(|e| e.contains("v.yaml:21")
+            && e.contains("`\"none\"` is no value of v1's `spec.service.annotations`, an object")),
+        "{all:?}"
+    );
+    // A value outside the field's enum.
+    let text = RULE
+        .replace(
+            "type: string | default=ClusterIP",
+            "type: string | enum=ClusterIP,NodePort",
+        )
+        .replace(
+            "        - move: {from: spec.serviceType, to: spec.service.type}\n",
+            "        - default: {field: spec.service.type, value: LoadBalancer}\n",
+        )
+        .replace("        serviceType: string\n", "");
+    let all = errors(&text);
+    assert!(
+        all.iter()
+            .any(|e| e.contains("`\"LoadBalancer\"` is no value")
+                && e.contains("one of [\"ClusterIP\",\"NodePort\"]")),
+        "{all:?}"
+    );
+}
+
+#[test]
 fn the_crd_lists_every_version_with_the_conversion_webhook() {
     let r = rule();
     let crd = r.crd.as_ref().unwrap();

@@ -268,7 +268,10 @@ fn spoke(
                 covered_mine.extend(a);
                 covered_theirs.extend(b);
             }
-            Kind::Default(f, _) => covered_theirs.extend(field(c, "field", f, &theirs, hub)),
+            Kind::Default(f, value) => {
+                covered_theirs.extend(field(c, "field", f, &theirs, hub));
+                check_default(c, &at, hub, hub_schema, f, value);
+            }
         }
         steps.push(compile_step(c, &at, &kind));
     }
@@ -339,6 +342,48 @@ fn uncovered(
             format!("give it a value (`- default: {{field: {p}, value: ...}}`), move a field of {name} to it, or list it under `lossy:`"),
         );
     }
+}
+
+/// The schema at `path` (`spec.a.b`) of a spec schema.
+fn schema_at<'a>(spec: &'a Value, path: &str) -> Option<&'a Value> {
+    segments(path)
+        .iter()
+        .try_fold(spec, |s, k| s["properties"].get(k.as_str()))
+}
+
+/// A `default` step's value must be one the hub's field takes (its type, its enum).
+fn check_default(
+    c: &mut Compiler<'_>,
+    at: &str,
+    hub: &str,
+    hub_schema: &Value,
+    f: &str,
+    v: &Value,
+) {
+    let Some(s) = schema_at(hub_schema, f) else {
+        return;
+    };
+    let in_enum = s["enum"].as_array().is_none_or(|e| e.contains(v));
+    if crate::schema::fields::admits(s, v) && in_enum {
+        return;
+    }
+    let ty = article(s["type"].as_str().unwrap_or("any value"));
+    let allowed = s["enum"]
+        .as_array()
+        .map(|e| format!(" (one of {})", serde_json::to_string(e).unwrap_or_default()))
+        .unwrap_or_default();
+    c.error(
+        &format!("{at}.default.value"),
+        None,
+        format!("`{v}` is no value of {hub}'s `{f}`, {ty}{allowed}: the API server would refuse every object converted"),
+        format!("give {ty}{allowed} as the value"),
+    );
+}
+
+/// A type with its article: "an object", "a string".
+fn article(ty: &str) -> String {
+    let an = ty.starts_with(['a', 'e', 'i', 'o', 'u']);
+    format!("{} {ty}", if an { "an" } else { "a" })
 }
 
 fn segments(p: &str) -> Vec<String> {
