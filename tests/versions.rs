@@ -249,15 +249,21 @@ async fn resources_of_every_version_converge_and_read_as_each_other() {
 
 /// The Rule object of the rules file `text`, labelled for the operator of `ns`.
 fn rule_object(name: &str, ns: &str, text: &str) -> Value {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("rule.yaml");
-    std::fs::write(&file, text).unwrap();
+    let (_dir, file) = dir_with(text);
     let (code, out, err) = common::ruleop_cli(&["rule", "--rules", file.to_str().unwrap()], false);
     assert_eq!(code, 0, "{err}");
     let doc = out.split("\n---\n").nth(1).expect("one Rule");
     let mut rule: Value = serde_yaml::from_str(doc).unwrap();
     rule["metadata"] = json!({"name": name, "labels": {"ruleop.dev/test": ns}});
     rule
+}
+
+/// A directory holding `text` as its one rules file (kept while the first lives).
+fn dir_with(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rule.yaml");
+    std::fs::write(&file, text).unwrap();
+    (dir, file)
 }
 
 /// The API server's StorageVersionMigrations ruleop asked for of `crd`, by name (those
@@ -348,6 +354,28 @@ async fn a_new_storage_version_migrates_the_stored_objects_and_trims_stored_vers
         Some([a["metadata"]["uid"].clone(), b["metadata"]["uid"].clone()])
     })
     .await;
+    // v1alpha1 may not stop being served while objects are stored in it.
+    let unserved = dir_with(&stored_in("v1").replace(
+        "    - name: v1alpha1\n",
+        "    - name: v1alpha1\n      served: false\n",
+    ));
+    let check = || {
+        common::ruleop_cli(
+            &[
+                "check",
+                "--against-cluster",
+                "--rules",
+                unserved.1.to_str().unwrap(),
+            ],
+            true,
+        )
+    };
+    let (code, _, err) = check();
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("stops being served while objects are still stored in it"),
+        "{err}"
+    );
     let storage = eventually(T, "the Rule's status.storage", || async {
         let s = get_json("rule", "", &name)?["status"]["storage"].clone();
         (s["version"] == "v1alpha1").then_some(s)
@@ -377,6 +405,9 @@ async fn a_new_storage_version_migrates_the_stored_objects_and_trims_stored_vers
     assert_eq!(m["objects"], 2, "{storage}");
     assert!(m["rewritten"].as_u64().unwrap() <= 2, "{storage}");
     assert!(migrations_of(CRD).is_empty(), "ruleop migrated by itself");
+    // Once none is stored in it, it may.
+    let (code, _, err) = check();
+    assert_eq!(code, 0, "{err}");
     let crd = get_json("crd", "", CRD).unwrap();
     let storage: Vec<&str> = crd["spec"]["versions"]
         .as_array()
