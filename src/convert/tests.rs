@@ -233,6 +233,33 @@ fn the_crd_lists_every_version_with_the_conversion_webhook() {
 }
 
 #[test]
+fn each_version_prints_its_columns_where_its_fields_are() {
+    let text = RULE.replace(
+        "  versions:\n",
+        "  printerColumns: [{name: Type, type: string, jsonPath: .spec.service.type}, {name: Image, type: string, jsonPath: .spec.image}]\n  versions:\n",
+    );
+    let (rules, errors) = crate::rules::load_str(&text, std::path::Path::new("v.yaml"));
+    assert!(errors.is_empty(), "{errors:?}");
+    let crd = rules[0].crd.as_ref().unwrap();
+    let paths = |version: &str| -> Vec<String> {
+        crd["spec"]["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == version)
+            .unwrap()["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["jsonPath"].as_str().map(str::to_string))
+            .filter(|p| p.starts_with(".spec"))
+            .collect()
+    };
+    assert_eq!(paths("v1"), [".spec.service.type", ".spec.image"]);
+    assert_eq!(paths("v1alpha1"), [".spec.serviceType", ".spec.image"]);
+}
+
+#[test]
 fn a_moved_object_keeps_aside_what_its_new_place_has_no_field_for() {
     let text = "name: s\nwatch: {group: x.io, version: v1, resource: ss}\nschema:\n  kind: S\n  spec:\n    service:\n      type: string\n      annotations: map[string]string\n  versions:\n    - name: v1alpha1\n      spec:\n        svc:\n          type: string\n      convert:\n        - move: {from: spec.svc, to: spec.service}\n        - default: {field: spec.service.annotations, value: {}}\nchildren: []\n";
     let r = crate::rules::testing::rule(text);

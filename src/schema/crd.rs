@@ -134,6 +134,7 @@ pub fn crd(k: &KindSpec<'_>) -> Result<Value, Vec<SchemaProblem>> {
         validations: &s.validations,
         at: "schema.spec".into(),
         deprecated: None,
+        moves: Vec::new(),
     };
     let spokes = s.versions.iter().enumerate().map(|(i, v)| Version {
         name: &v.name,
@@ -142,6 +143,12 @@ pub fn crd(k: &KindSpec<'_>) -> Result<Value, Vec<SchemaProblem>> {
         validations: &v.validations,
         at: format!("schema.versions[{i}].spec"),
         deprecated: v.deprecated.then_some(v.deprecation_warning.as_deref()),
+        moves: v
+            .convert
+            .iter()
+            .filter_map(|c| c.moves.as_ref())
+            .map(|m| (m.from.as_str(), m.to.as_str()))
+            .collect(),
     });
     for v in std::iter::once(hub).chain(spokes) {
         match version(k, &v, &status, v.name == storage) {
@@ -226,6 +233,23 @@ struct Version<'a> {
     at: String,
     /// `Some(warning)` when deprecated.
     deprecated: Option<Option<&'a str>>,
+    /// Its `move` steps, `(from here, to the watched version)`: the printer columns and
+    /// the scale paths of the watched version's fields read them where they are here.
+    moves: Vec<(&'a str, &'a str)>,
+}
+
+/// A JSONPath of the watched version (`.spec.service.type`) as it is in a version whose
+/// moves are `moves` (`.spec.serviceType`): a path under a moved field moves with it.
+fn moved_path(path: &str, moves: &[(&str, &str)]) -> String {
+    for (here, hub) in moves {
+        let hub = format!(".{hub}");
+        if let Some(rest) = path.strip_prefix(&hub)
+            && (rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
+        {
+            return format!(".{here}{rest}");
+        }
+    }
+    path.to_string()
 }
 
 fn version(
@@ -252,13 +276,23 @@ fn version(
     }
     let mut subresources = json!({"status": {}});
     if let Some(scale) = &s.scale {
-        subresources["scale"] = Value::Object(scale.clone());
+        let mut scale = Value::Object(scale.clone());
+        if let Some(p) = scale["specReplicasPath"].as_str() {
+            scale["specReplicasPath"] = json!(moved_path(p, &v.moves));
+        }
+        subresources["scale"] = scale;
+    }
+    let mut columns = columns(k);
+    for c in &mut columns {
+        if let Some(p) = c["jsonPath"].as_str() {
+            c["jsonPath"] = json!(moved_path(p, &v.moves));
+        }
     }
     let mut out = json!({
         "name": v.name, "served": v.served, "storage": storage,
         "schema": {"openAPIV3Schema": root},
         "subresources": subresources,
-        "additionalPrinterColumns": columns(k),
+        "additionalPrinterColumns": columns,
     });
     if let Some(warning) = v.deprecated {
         out["deprecated"] = json!(true);
