@@ -251,9 +251,18 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
         })
         .collect();
     if !t.install_crds && !converted.is_empty() {
-        let ca = format!("{}-conversion-ca", t.name);
+        // ...and its storage migrated, as with `--install-crds`.
+        let ca = format!("{}-conversion", t.name);
+        let mut grants = vec![
+            json!({"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "resourceNames": converted, "verbs": ["get", "list", "watch", "patch"]}),
+            json!({"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions/status"], "resourceNames": converted, "verbs": ["patch"]}),
+            json!({"apiGroups": ["storagemigration.k8s.io"], "resources": ["storageversionmigrations"], "verbs": ["create", "get", "delete"]}),
+        ];
+        for r in rules.iter().filter(|r| r.conversion.is_some()) {
+            grants.push(json!({"apiGroups": [r.watch.group], "resources": [r.watch.resource], "verbs": ["list", "update"]}));
+        }
         out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": ca},
-            "rules": [{"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "resourceNames": converted, "verbs": ["get", "list", "watch", "patch"]}]}));
+            "rules": grants}));
         out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": ca},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ca}, "subjects": subject}));
     }

@@ -167,9 +167,10 @@ pub(super) struct CrdArgs {
     /// ...or its URL, as `ruleop run --webhook-url` (which wins).
     #[arg(long)]
     pub(super) webhook_url: Option<String>,
-    /// The CA (a PEM file) the API server trusts the conversion webhook by, when it is not
-    /// ruleop's own (e.g. cert-manager's). Without it, the CRD has no `caBundle`: the
-    /// leader writes its own CA into it (and keeps it) once it runs.
+    /// The CA (a PEM file) the API server trusts the conversion webhook by: the `ca.crt`
+    /// of ruleop's webhook Secret (`<webhook-name>-webhook-tls`) where that Secret is made
+    /// ahead of ruleop. Without it, the CRD has no `caBundle`: the leader writes its own
+    /// CA into it (and keeps it) once it runs.
     #[arg(long)]
     pub(super) ca_bundle: Option<PathBuf>,
 }

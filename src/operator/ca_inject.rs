@@ -27,6 +27,10 @@ pub async fn keep(client: kube::Client, name: String, hook: Hook, fence: Arc<Fen
         .applied_objects()
         .boxed();
     let mut last: Option<Value> = None;
+    // The CA bundle ruleop replaced last, and its own it wrote: the same one put back
+    // (a GitOps tool restoring its manifest) is not fought over.
+    let mut replaced: Option<(Value, String)> = None;
+    let mut warned = false;
     let mut look = tokio::time::interval(LOOK);
     loop {
         tokio::select! {
@@ -43,6 +47,16 @@ pub async fn keep(client: kube::Client, name: String, hook: Hook, fence: Arc<Fen
         let Some(patch) = needed(crd, &hook.client_config, &ca).filter(|_| fence.holds()) else {
             continue;
         };
+        let theirs = crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"].clone();
+        if replaced.as_ref() == Some(&(theirs.clone(), ca.clone())) {
+            if !warned {
+                tracing::warn!(crd = %name, "another writer put its caBundle back into the CRD's conversion webhook: conversions fail until the CRD trusts ruleop's CA (the ca.crt of its webhook Secret); ruleop does not write it again until its CA changes (a GitOps tool must ignore the field)");
+                warned = true;
+            }
+            continue;
+        }
+        warned = false;
+        replaced = Some((theirs, ca.clone()));
         match api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await

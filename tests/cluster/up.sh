@@ -167,6 +167,7 @@ wait_for etcd 30 curl -sf "http://127.0.0.1:$etcd_port/health"
 # in Kubernetes 1.36), so that ruleop's use of it is tested; RULEOP_STORAGE_MIGRATOR=0
 # leaves it off, as most clusters have it (ruleop then migrates by itself).
 svm_apiserver="" svm_kcm=""
+case "$K8S_VERSION" in v1.[0-9].*|v1.[12][0-9].*|v1.3[0-4].*) RULEOP_STORAGE_MIGRATOR=0 ;; esac # (beta from 1.35)
 if [ "${RULEOP_STORAGE_MIGRATOR:-1}" = 1 ]; then
   svm_apiserver="--feature-gates StorageVersionMigrator=true --runtime-config storagemigration.k8s.io/v1beta1=true"
   svm_kcm="--feature-gates StorageVersionMigrator=true"

@@ -51,20 +51,40 @@ pub async fn served(client: &kube::Client) -> Option<ApiResource> {
 /// asked for.
 pub fn name(crd: &str, uid: &str, generation: i64) -> String {
     let uid: String = uid.chars().filter(|c| *c != '-').take(8).collect();
-    format!("ruleop-{crd}-{uid}-{generation}")
+    let tail = format!("-{uid}-{generation}");
+    // (A name is at most 253 characters: a long CRD name is cut, its hash kept.)
+    let keep = 253 - "ruleop-".len() - tail.len();
+    if crd.len() <= keep {
+        return format!("ruleop-{crd}{tail}");
+    }
+    let hash = super::storage_version_hash("", "", crd).to_lowercase();
+    let hash: String = hash.chars().filter(char::is_ascii_alphanumeric).collect();
+    let cut: String = crd.chars().take(keep - hash.len() - 1).collect();
+    format!("ruleop-{}-{hash}{tail}", cut.trim_end_matches(['.', '-']))
 }
 
 /// Asks for the migration of `group`/`resource` (or finds it asked) and waits for it.
+/// It belongs to the CRD `owner` (name, uid): it goes when the CRD goes.
 pub async fn migrate(
     client: &kube::Client,
     ar: &ApiResource,
     name: &str,
+    owner: (&str, &str),
     group: &str,
     resource: &str,
     leads: impl Fn() -> bool,
 ) -> Result<Ended, kube::Error> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
     let mut svm = DynamicObject::new(name, ar);
+    svm.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "apiextensions.k8s.io/v1".into(),
+            kind: "CustomResourceDefinition".into(),
+            name: owner.0.into(),
+            uid: owner.1.into(),
+            ..Default::default()
+        },
+    ]);
     svm.data = json!({"spec": {"resource": {"group": group, "resource": resource}}});
     match api.create(&PostParams::default(), &svm).await {
         Ok(_) => tracing::info!(migration = %name, "StorageVersionMigration asked for"),
@@ -131,6 +151,13 @@ mod tests {
         assert_eq!(
             name("gateways.example.com", "0f3a-91c2-77d0", 4),
             "ruleop-gateways.example.com-0f3a91c2-4"
+        );
+        let long = format!("{}.example.com", "a".repeat(240));
+        let n = name(&long, "0f3a-91c2-77d0", 4);
+        assert!(n.len() <= 253 && n.ends_with("-0f3a91c2-4"), "{n}");
+        assert_ne!(
+            n,
+            name(&format!("{}.example.org", "a".repeat(240)), "0f3a", 4)
         );
     }
 }

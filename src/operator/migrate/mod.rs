@@ -62,6 +62,12 @@ pub enum Outcome {
         objects: Option<usize>,
         from: Vec<String>,
     },
+    /// The API server refused to write these objects again (a validation or an admission
+    /// webhook): `storedVersions` stays, and this generation of the CRD is not migrated
+    /// again (a change of the CRD is).
+    Refused { generation: i64, names: Vec<String> },
+    /// This generation of the CRD was refused before: nothing done.
+    Stuck,
 }
 
 /// Migrates the storage of `rule`'s kind whenever it needs it, while this replica leads:
@@ -86,6 +92,8 @@ pub async fn keep_migrating(m: Migrator, rule: Arc<CompiledRule>) {
         .boxed();
     // A standby that becomes the leader looks at least this often.
     let mut backstop = tokio::time::interval(AGAIN);
+    // The CRD generation whose migration the API server refused.
+    let mut stuck = None;
     loop {
         tokio::select! {
             change = changes.next() => if change.is_none() { return },
@@ -93,12 +101,17 @@ pub async fn keep_migrating(m: Migrator, rule: Arc<CompiledRule>) {
         }
         let mut wait = SOON;
         while m.fence.holds() {
-            match once(&m, &rule, &name).await {
+            match once(&m, &rule, &name, stuck).await {
                 Ok(Outcome::Migrated { objects, from }) => {
                     tracing::info!(crd = %name, objects = ?objects, from = %from.join(","), "storage migrated: storedVersions trimmed");
                     break;
                 }
-                Ok(Outcome::Done | Outcome::NotYet) => break,
+                Ok(Outcome::Refused { generation, names }) => {
+                    tracing::warn!(crd = %name, refused = %names.join(", "), "storage migration refused by the API server for these objects: storedVersions stays; fix them (or what refuses them), then change the CRD to migrate again");
+                    stuck = Some(generation);
+                    break;
+                }
+                Ok(Outcome::Done | Outcome::NotYet | Outcome::Stuck) => break,
                 Err(kube::Error::Api(e)) if e.code == 404 => break,
                 Err(e) => {
                     tracing::warn!(crd = %name, error = %e, retry_in_s = wait.as_secs(), "storage migration stopped; trying again");
@@ -141,7 +154,13 @@ fn read(crd: &CustomResourceDefinition) -> Read {
 /// One look: the objects stored in another version than the storage one written again
 /// (by the API server's migrator where served, else by ruleop), then `storedVersions`
 /// trimmed.
-pub async fn once(m: &Migrator, rule: &CompiledRule, name: &str) -> Result<Outcome, kube::Error> {
+/// `stuck`: a CRD generation whose migration was refused (not tried again).
+pub async fn once(
+    m: &Migrator,
+    rule: &CompiledRule,
+    name: &str,
+    stuck: Option<i64>,
+) -> Result<Outcome, kube::Error> {
     let crds: Api<CustomResourceDefinition> = Api::all(m.client.clone());
     let at = read(&crds.get(name).await?);
     let Some(version) = at.version.clone() else {
@@ -149,9 +168,34 @@ pub async fn once(m: &Migrator, rule: &CompiledRule, name: &str) -> Result<Outco
     };
     m.storage.observe(&version, &at.stored);
     if at.stored == [version.clone()] {
+        // (A migration interrupted here, then finished by another leader.)
+        m.storage.update(|g| g.phase = Phase::Done);
         return Ok(Outcome::Done);
     }
     if !at.stored.contains(&version) {
+        return Ok(Outcome::NotYet);
+    }
+    if stuck == Some(at.generation) {
+        return Ok(Outcome::Stuck);
+    }
+    let kind = rule
+        .crd
+        .as_ref()
+        .and_then(|c| c["spec"]["names"]["kind"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    // The API server swaps its storage when its own watch of the CRD catches up: an
+    // object written before that would be stored in the old version again.
+    if !stores_in(
+        &m.client,
+        &rule.watch.group,
+        &version,
+        &kind,
+        &rule.watch.resource,
+    )
+    .await
+    {
+        tracing::warn!(crd = %name, version = %version, "the API server does not say it stores the kind in its new storage version yet; migration waits");
         return Ok(Outcome::NotYet);
     }
     let from: Vec<String> = at
@@ -173,12 +217,7 @@ pub async fn once(m: &Migrator, rule: &CompiledRule, name: &str) -> Result<Outco
         group: rule.watch.group.clone(),
         version: version.clone(),
         api_version: format!("{}/{version}", rule.watch.group),
-        kind: rule
-            .crd
-            .as_ref()
-            .and_then(|c| c["spec"]["names"]["kind"].as_str())
-            .unwrap_or_default()
-            .to_string(),
+        kind,
         plural: rule.watch.resource.clone(),
     };
     let asked = match (m.by, api::served(&m.client).await) {
@@ -197,7 +236,12 @@ pub async fn once(m: &Migrator, rule: &CompiledRule, name: &str) -> Result<Outco
                 message: None,
             });
             let leads = || m.fence.holds();
-            match api::migrate(&m.client, &svm, &svm_name, &ar.group, &ar.plural, leads).await? {
+            let owner = (name, at.uid.as_str());
+            match api::migrate(
+                &m.client, &svm, &svm_name, owner, &ar.group, &ar.plural, leads,
+            )
+            .await?
+            {
                 api::Ended::Succeeded => None,
                 api::Ended::Left => return Ok(Outcome::NotYet),
                 api::Ended::Not(why) => {
@@ -210,10 +254,22 @@ pub async fn once(m: &Migrator, rule: &CompiledRule, name: &str) -> Result<Outco
     };
     if let Some(started) = rewrite {
         m.storage.start(started);
-        objects = Some(rewrite_all(m, &ar).await?);
+        let done = rewrite_all(m, &ar).await?;
         if !m.fence.holds() {
             return Ok(Outcome::NotYet);
         }
+        if !done.refused.is_empty() {
+            let names = done.refused;
+            m.storage.update(|g| {
+                g.message = Some(format!(
+                    "the API server refused to write again: {}; storedVersions stays",
+                    names.join(", ")
+                ));
+            });
+            let generation = at.generation;
+            return Ok(Outcome::Refused { generation, names });
+        }
+        objects = Some(done.rewritten);
     }
     if !trim(&crds, name, &at, &version).await? {
         return Ok(Outcome::NotYet);
@@ -255,12 +311,25 @@ async fn trim(
 
 /// Writes every object of the kind again as it is read, `PER_SECOND` at most; one changed
 /// or deleted meanwhile needs nothing (its own write stored it anew).
-async fn rewrite_all(m: &Migrator, ar: &ApiResource) -> Result<usize, kube::Error> {
+/// What ruleop's rewrite did.
+struct Rewrite {
+    rewritten: usize,
+    /// `namespace/name` of the objects the API server refused to write (at most ten).
+    refused: Vec<String>,
+}
+
+async fn rewrite_all(m: &Migrator, ar: &ApiResource) -> Result<Rewrite, kube::Error> {
     let (client, fence) = (&m.client, &m.fence);
     let all: Api<DynamicObject> = Api::all_with(client.clone(), ar);
     let mut params = ListParams::default().limit(500);
-    let (mut seen, mut done) = (0, 0);
+    let mut seen = 0;
+    let mut done = Rewrite {
+        rewritten: 0,
+        refused: Vec::new(),
+    };
     let mut tick = tokio::time::interval(Duration::from_millis(1000 / PER_SECOND));
+    // (A slow page does not make the next ones faster.)
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let page = all.list(&params).await?;
         for obj in &page.items {
@@ -272,19 +341,80 @@ async fn rewrite_all(m: &Migrator, ar: &ApiResource) -> Result<usize, kube::Erro
             let one: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, ar);
             let name = obj.metadata.name.clone().unwrap_or_default();
             match one.replace(&name, &PostParams::default(), obj).await {
-                Ok(_) => done += 1,
+                Ok(_) => done.rewritten += 1,
+                // Changed or deleted meanwhile: that write stored it anew.
                 Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+                // Refused (a validation, an admission webhook, a permission): counted and
+                // named, the others migrated all the same.
+                Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
+                    if done.refused.len() < 10 {
+                        done.refused.push(format!("{ns}/{name} ({})", e.message));
+                    }
+                }
                 Err(e) => return Err(e),
             }
             seen += 1;
             m.storage.update(|g| {
                 g.objects = Some(seen);
-                g.rewritten = Some(done);
+                g.rewritten = Some(done.rewritten);
             });
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(done),
         }
+    }
+}
+
+/// The API server's hash of a storage version (`storageVersionHash` in discovery): the
+/// first 8 bytes of the SHA-256 of `group/version/kind`, in base64.
+pub fn storage_version_hash(group: &str, version: &str, kind: &str) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let sum = sha2::Sha256::digest(format!("{group}/{version}/{kind}").as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(&sum[..8])
+}
+
+/// How long after discovery says the new storage version, before objects are written
+/// again: other API servers of the cluster follow the CRD on their own time.
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// Waits (a minute at most) until the API server's discovery says it stores the kind in
+/// `version`, then [`SETTLE`]: whether it does.
+async fn stores_in(
+    client: &kube::Client,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> bool {
+    let want = storage_version_hash(group, version, kind);
+    for _ in 0..60 {
+        let stored = client
+            .list_api_group_resources(&format!("{group}/{version}"))
+            .await
+            .is_ok_and(|list| {
+                list.resources
+                    .iter()
+                    .any(|r| r.name == plural && r.storage_version_hash.as_deref() == Some(&want))
+            });
+        if stored {
+            tokio::time::sleep(SETTLE).await;
+            return true;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_storage_version_hash_is_the_api_servers() {
+        // As the API server gives it for apps/v1 Deployments (`kubectl get --raw /apis/apps/v1`).
+        assert_eq!(
+            super::storage_version_hash("apps", "v1", "Deployment"),
+            "8aSe+NMegvE="
+        );
     }
 }

@@ -17,7 +17,9 @@ pub struct Storage {
     pub migration: Option<Migration>,
 }
 
-/// One migration of the stored objects to the storage version.
+/// One migration of the stored objects to the storage version. (A field it lacks is
+/// written as null: the Rule's status is merge-patched, and an earlier migration's value
+/// must go.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Migration {
@@ -28,14 +30,11 @@ pub struct Migration {
     /// The versions migrated from.
     pub from: Vec<String>,
     /// The objects migrated so far (ruleop's own migration only)...
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub objects: Option<usize>,
     /// ...of which ruleop wrote this many again (the others were written meanwhile by
     /// someone else, which stored them anew, or deleted).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rewritten: Option<usize>,
     /// Why a migration by the API failed or was not taken up (then ruleop migrates).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
 

@@ -283,7 +283,10 @@ async fn run(
         })
         .flatten();
     // A kind in several versions: its objects move to a new storage version.
-    let _migrate = (opts.install_crds && rule.conversion.is_some()).then(|| {
+    // (Whoever applies the CRD: ruleop, or GitOps from `ruleop crd` with ruleop serving
+    // its conversions.)
+    let migrates = opts.install_crds || opts.conversion.is_some();
+    let _migrate = (migrates && rule.conversion.is_some()).then(|| {
         let migrator = super::migrate::Migrator {
             client: own.clone(),
             fence: opts.process.fence.clone(),
