@@ -57,8 +57,9 @@ pub fn name(crd: &str, uid: &str, generation: i64) -> String {
     if crd.len() <= keep {
         return format!("ruleop-{crd}{tail}");
     }
-    let hash = super::storage_version_hash("", "", crd).to_lowercase();
-    let hash: String = hash.chars().filter(char::is_ascii_alphanumeric).collect();
+    use sha2::Digest as _;
+    let sum = sha2::Sha256::digest(crd.as_bytes());
+    let hash: String = sum[..5].iter().map(|b| format!("{b:02x}")).collect();
     let cut: String = crd.chars().take(keep - hash.len() - 1).collect();
     format!("ruleop-{}-{hash}{tail}", cut.trim_end_matches(['.', '-']))
 }
