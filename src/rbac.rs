@@ -176,6 +176,34 @@ fn identities(rules: &[Arc<CompiledRule>], t: &Target, ruleop: &Value) -> Vec<Va
     out
 }
 
+/// The CRDs of the rules' kinds in several versions, by name.
+fn converted_crds(rules: &[Arc<CompiledRule>]) -> Vec<String> {
+    rules
+        .iter()
+        .filter(|r| r.conversion.is_some())
+        .filter_map(|r| r.crd_name().map(str::to_string))
+        .collect()
+}
+
+/// What the storage migration of the rules' kinds in several versions needs (none when
+/// there is no such kind): each CRD's status patched by name (`storedVersions` trimmed),
+/// each kind listed and written again, and StorageVersionMigrations asked for, followed
+/// and taken back.
+fn migration_grants(rules: &[Arc<CompiledRule>]) -> Vec<Value> {
+    let crds = converted_crds(rules);
+    if crds.is_empty() {
+        return Vec::new();
+    }
+    let mut grants = vec![
+        json!({"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions/status"], "resourceNames": crds, "verbs": ["patch"]}),
+        json!({"apiGroups": ["storagemigration.k8s.io"], "resources": ["storageversionmigrations"], "verbs": ["create", "get", "delete"]}),
+    ];
+    for r in rules.iter().filter(|r| r.conversion.is_some()) {
+        grants.push(json!({"apiGroups": [r.watch.group], "resources": [r.watch.resource], "verbs": ["list", "update"]}));
+    }
+    grants
+}
+
 /// The RBAC objects, in apply order. A rule that names a ServiceAccount runs as it: what
 /// it needs is granted to that account alone, never to ruleop's own.
 pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
@@ -204,11 +232,7 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
         // granted above, and listing Rules below.
         let mut names: Vec<String> = rules
             .iter()
-            .filter_map(|r| {
-                r.crd.as_ref()?["metadata"]["name"]
-                    .as_str()
-                    .map(str::to_string)
-            })
+            .filter_map(|r| r.crd_name().map(str::to_string))
             .collect();
         names.push(crate::rules::object::CRD_NAME.to_string());
         let crds = format!("{}-crds", t.name);
@@ -217,50 +241,23 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
                 {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "resourceNames": names, "verbs": ["get", "patch", "list", "watch"]},
                 {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["create"]},
             ]}));
-        // A kind in several versions: its storage migrated (every object written again,
-        // `storedVersions` trimmed).
-        let migrating: Vec<_> = rules.iter().filter(|r| r.conversion.is_some()).collect();
-        if !migrating.is_empty()
-            && let Some(list) = out.last_mut().and_then(|c| c["rules"].as_array_mut())
-        {
-            // (By the API server's migrator where served: one StorageVersionMigration per
-            // storage change, followed, and taken back when no controller starts it.)
-            list.push(json!({"apiGroups": ["storagemigration.k8s.io"], "resources": ["storageversionmigrations"], "verbs": ["create", "get", "delete"]}));
-        }
-        for r in migrating {
-            let Some(crd) = r.crd.as_ref().and_then(|c| c["metadata"]["name"].as_str()) else {
-                continue;
-            };
-            if let Some(list) = out.last_mut().and_then(|c| c["rules"].as_array_mut()) {
-                list.push(json!({"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions/status"], "resourceNames": [crd], "verbs": ["patch"]}));
-                list.push(json!({"apiGroups": [r.watch.group], "resources": [r.watch.resource], "verbs": ["list", "update"]}));
-            }
+        // A kind in several versions: its storage migrated.
+        if let Some(list) = out.last_mut().and_then(|c| c["rules"].as_array_mut()) {
+            list.extend(migration_grants(rules));
         }
         out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": crds},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": crds}, "subjects": subject}));
     }
     // A kind in several versions whose CRD others apply: ruleop's CA kept in its
     // conversion webhook (the CRD watched, and patched, by name).
-    let converted: Vec<String> = rules
-        .iter()
-        .filter(|r| r.conversion.is_some())
-        .filter_map(|r| {
-            r.crd.as_ref()?["metadata"]["name"]
-                .as_str()
-                .map(str::to_string)
-        })
-        .collect();
+    let converted = converted_crds(rules);
     if !t.install_crds && !converted.is_empty() {
         // ...and its storage migrated, as with `--install-crds`.
         let ca = format!("{}-conversion", t.name);
         let mut grants = vec![
             json!({"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "resourceNames": converted, "verbs": ["get", "list", "watch", "patch"]}),
-            json!({"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions/status"], "resourceNames": converted, "verbs": ["patch"]}),
-            json!({"apiGroups": ["storagemigration.k8s.io"], "resources": ["storageversionmigrations"], "verbs": ["create", "get", "delete"]}),
         ];
-        for r in rules.iter().filter(|r| r.conversion.is_some()) {
-            grants.push(json!({"apiGroups": [r.watch.group], "resources": [r.watch.resource], "verbs": ["list", "update"]}));
-        }
+        grants.extend(migration_grants(rules));
         out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": ca},
             "rules": grants}));
         out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": ca},

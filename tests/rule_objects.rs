@@ -182,7 +182,6 @@ async fn a_rule_applied_with_kubectl_serves_and_a_broken_edit_keeps_the_last_goo
     let _ = kubectl(&["delete", "namespace", &ns, "--wait=false"], None);
 }
 
-/// A free local port.
 #[tokio::test]
 async fn the_webhook_refuses_a_broken_rule_and_with_ruleop_down_the_last_good_revision_serves() {
     let client = common::client().await;
@@ -190,23 +189,10 @@ async fn the_webhook_refuses_a_broken_rule_and_with_ruleop_down_the_last_good_re
     let ns = common::namespace(&client, "rule-webhook").await;
     let name = format!("site-{ns}");
     let hook = format!("ruleop-{ns}");
-    let selector = format!("ruleop.dev/test={ns}");
     let port = common::free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let url = format!("https://127.0.0.1:{port}/validate-rules");
-    let args = [
-        "--rule-objects=true",
-        "--rule-selector",
-        &selector,
-        "--lease-namespace",
-        &ns,
-        "--webhook-addr",
-        &addr,
-        "--webhook-url",
-        &url,
-        "--webhook-name",
-        &hook,
-    ];
+    let flags = common::webhook_args(&ns, port);
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    args.push("--rule-objects=true");
     let mut op = Operator::start(&ns, &[], &args);
     let rule = website_rule(&name, &ns);
     apply(&rule);

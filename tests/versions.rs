@@ -33,26 +33,13 @@ fn start(ns: &str, rules: &str, extra: &[&str]) -> (Operator, u16, String) {
 /// ruleop serving its webhook on `port`, installing the rules' CRDs or not: it and the
 /// webhook configuration's name.
 fn serve(ns: &str, rules: &str, extra: &[&str], port: u16, install: bool) -> (Operator, String) {
-    let addr = format!("127.0.0.1:{port}");
-    let url = format!("https://127.0.0.1:{port}/validate-rules");
-    let hook = format!("ruleop-{ns}");
-    let selector = format!("ruleop.dev/test={ns}");
-    let mut args = vec![
-        "--lease-namespace",
-        ns,
-        "--webhook-addr",
-        &addr,
-        "--webhook-url",
-        &url,
-        "--webhook-name",
-        &hook,
-        "--rule-selector",
-        &selector,
-    ];
+    let flags = common::webhook_args(ns, port);
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
     if install {
         args.push("--install-crds");
     }
     args.extend_from_slice(extra);
+    let hook = format!("ruleop-{ns}");
     let files: Vec<&str> = [rules].into_iter().filter(|r| !r.is_empty()).collect();
     (Operator::start(ns, &files, &args), hook)
 }

@@ -601,6 +601,26 @@ pub fn ruleop_cli(args: &[&str], cluster: bool) -> (i32, String, String) {
     )
 }
 
+/// The flags of a ruleop that serves its webhook on loopback `port` (the API server
+/// reaches it by URL), its Lease in `ns` and its Rules those labelled
+/// `ruleop.dev/test=<ns>`; the webhook configuration is `ruleop-<ns>`.
+pub fn webhook_args(ns: &str, port: u16) -> Vec<String> {
+    [
+        "--lease-namespace",
+        ns,
+        "--webhook-addr",
+        &format!("127.0.0.1:{port}"),
+        "--webhook-url",
+        &format!("https://127.0.0.1:{port}/validate-rules"),
+        "--webhook-name",
+        &format!("ruleop-{ns}"),
+        "--rule-selector",
+        &format!("ruleop.dev/test={ns}"),
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
 /// A port free on loopback now (for a webhook the API server reaches by URL).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -76,12 +76,7 @@ pub enum Outcome {
 pub async fn keep_migrating(m: Migrator, rule: Arc<CompiledRule>) {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, watcher};
-    let Some(name) = rule
-        .crd
-        .as_ref()
-        .and_then(|c| c["metadata"]["name"].as_str())
-        .map(str::to_string)
-    else {
+    let Some(name) = rule.crd_name().map(str::to_string) else {
         return;
     };
     let api: Api<CustomResourceDefinition> = Api::all(m.client.clone());
@@ -178,12 +173,7 @@ pub async fn once(
     if stuck == Some(at.generation) {
         return Ok(Outcome::Stuck);
     }
-    let kind = rule
-        .crd
-        .as_ref()
-        .and_then(|c| c["spec"]["names"]["kind"].as_str())
-        .unwrap_or_default()
-        .to_string();
+    let kind = rule.crd_kind().unwrap_or_default().to_string();
     // The API server swaps its storage when its own watch of the CRD catches up: an
     // object written before that would be stored in the old version again.
     if !stores_in(
@@ -220,9 +210,10 @@ pub async fn once(
         kind,
         plural: rule.watch.resource.clone(),
     };
-    let asked = match (m.by, api::served(&m.client).await) {
-        (By::Auto, Some(svm)) => Some(svm),
-        _ => None,
+    // (Discovery asked only when the API server's migrator may be used.)
+    let asked = match m.by {
+        By::Auto => api::served(&m.client).await,
+        By::Ruleop => None,
     };
     let rewrite = match asked {
         Some(svm) => {

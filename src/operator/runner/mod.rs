@@ -272,7 +272,7 @@ async fn run(
     // crd`): ruleop's CA kept in its conversion webhook.
     let _ca = (!opts.install_crds && rule.conversion.is_some())
         .then(|| {
-            let name = rule.crd.as_ref()?["metadata"]["name"].as_str()?.to_string();
+            let name = rule.crd_name()?.to_string();
             let keep = super::ca_inject::keep(
                 own.clone(),
                 name,

@@ -47,8 +47,8 @@ impl Served {
         }
         if let Ok(mut c) = self.1.write() {
             for r in rules.iter().filter(|r| r.conversion.is_some()) {
-                let kind = kind_of(r);
-                c.retain(|old| !(old.watch.group == r.watch.group && kind_of(old) == kind));
+                let kind = r.crd_kind();
+                c.retain(|old| !(old.watch.group == r.watch.group && old.crd_kind() == kind));
                 c.push(r.clone());
             }
         }
@@ -60,7 +60,7 @@ impl Served {
         let rules = self.1.read().ok()?;
         rules
             .iter()
-            .find(|r| r.watch.group == group && kind_of(r) == Some(kind))
+            .find(|r| r.watch.group == group && r.crd_kind() == Some(kind))
             .cloned()
     }
 
@@ -74,11 +74,6 @@ impl Served {
     fn snapshot(&self) -> Vec<Serving> {
         self.0.read().map(|s| s.clone()).unwrap_or_default()
     }
-}
-
-/// The kind of a rule's CRD.
-fn kind_of(r: &CompiledRule) -> Option<&str> {
-    r.crd.as_ref()?["spec"]["names"]["kind"].as_str()
 }
 
 /// The answer to a review, before its author's right is asked.

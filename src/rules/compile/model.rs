@@ -49,6 +49,18 @@ pub struct CompiledRule {
     pub conversion: Option<super::versions::Conversion>,
 }
 
+impl CompiledRule {
+    /// The name of the watched kind's CRD (`<plural>.<group>`), when the rule makes one.
+    pub fn crd_name(&self) -> Option<&str> {
+        self.crd.as_ref()?["metadata"]["name"].as_str()
+    }
+
+    /// The watched kind, as the CRD the rule makes names it.
+    pub fn crd_kind(&self) -> Option<&str> {
+        self.crd.as_ref()?["spec"]["names"]["kind"].as_str()
+    }
+}
+
 /// The ServiceAccount a rule runs as (`serviceAccount`), its name and namespace checked.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Identity {
