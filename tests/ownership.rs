@@ -472,3 +472,99 @@ async fn an_adoption_policy_of_never_leaves_even_the_resources_own_object_alone(
     assert_eq!(written(&d1), written(&d0));
     common::delete_namespace(&ns);
 }
+
+/// A child that mounts another is not applied while that one is someone else's: with a
+/// hand-made ConfigMap in the way, the WebSite is `NotOwned` and its Deployment is not
+/// made (it would serve content ruleop never wrote); once the ConfigMap is gone, both are
+/// made.
+#[tokio::test]
+async fn a_child_that_mounts_another_waits_while_that_one_is_not_ruleops() {
+    let client = common::client().await;
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
+    let ns = common::namespace(&client, "own-mounts").await;
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("blog.yaml");
+    std::fs::write(
+        &rules,
+        r#"name: blog
+watch: {group: sre.example.com, version: v1alpha1, resource: websites}
+children:
+  - id: content
+    template:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "{{ name }}-content"}
+      data: {index.html: "<h1>{{ name }}</h1>"}
+  - id: web
+    template:
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {name: "{{ name }}-web"}
+      spec:
+        selector: {matchLabels: {app: "{{ name }}"}}
+        template:
+          metadata: {labels: {app: "{{ name }}"}}
+          spec:
+            containers: [{name: web, image: "{{ spec.image }}"}]
+            volumes: [{name: content, configMap: {name: "{{ name }}-content"}}]
+"#,
+    )
+    .unwrap();
+    kubectl_ok(
+        &[
+            "create",
+            "configmap",
+            "blog-content",
+            "-n",
+            &ns,
+            "--from-literal=index.html=theirs",
+        ],
+        None,
+    );
+    let _op = Operator::start(&ns, &[rules.to_str().unwrap()], &[]);
+    kubectl_ok(&["apply", "-f", "-"], Some(&website(&ns, "blog")));
+    let m = synced_reason("website", &ns, "blog", "NotOwned").await;
+    assert!(m.contains("ConfigMap blog-content"), "{m}");
+    assert!(
+        m.contains(
+            "Deployment blog-web (child `web`) is not applied: it refers to ConfigMap blog-content"
+        ),
+        "{m}"
+    );
+    // Held across reconciles (the NotOwned retry comes back and holds it again).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        get_json("deployment", &ns, "blog-web").is_none(),
+        "the Deployment mounting another's ConfigMap was made"
+    );
+    let theirs = get_json("configmap", &ns, "blog-content").unwrap();
+    assert_eq!(
+        theirs["data"]["index.html"], "theirs",
+        "theirs is left alone"
+    );
+    // The ConfigMap gone (and the WebSite touched, so it is looked at now): both made.
+    kubectl_ok(&["delete", "configmap", "blog-content", "-n", &ns], None);
+    kubectl_ok(
+        &[
+            "annotate",
+            "website",
+            "blog",
+            "-n",
+            &ns,
+            "touched=1",
+            "--overwrite",
+        ],
+        None,
+    );
+    wait_json(
+        "deployment",
+        &ns,
+        "blog-web",
+        "made once the ConfigMap is ruleop's",
+        |_| true,
+    )
+    .await;
+    let ours = get_json("configmap", &ns, "blog-content").unwrap();
+    assert_eq!(ours["data"]["index.html"], "<h1>blog</h1>");
+    common::delete_namespace(&ns);
+}

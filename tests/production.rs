@@ -251,6 +251,72 @@ async fn admin_endpoints_answer_and_events_show_in_describe() {
     common::delete_namespace(&ns);
 }
 
+/// `/readyz` answers whoever reaches the admin port: it says ready or not and why in
+/// categories (rules synced, rules files with errors), never a rule's file, name or text;
+/// `/status`, on its own listener here (`--status-addr`), says which.
+#[tokio::test]
+async fn readyz_says_why_in_categories_and_status_names_them() {
+    let client = common::client().await;
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
+    let ns = common::namespace(&client, "prod-readyz").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/rules/website.yaml"),
+        dir.path().join("website.yaml"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("private-team-rule.yaml"),
+        "name: private-team-rule\nwatch: {group: x.io, version: '', resource: things}\n",
+    )
+    .unwrap();
+    let op = Operator::start(
+        &ns,
+        &[dir.path().to_str().unwrap()],
+        &["--status-addr", "127.0.0.1:0"],
+    );
+    let addr = op.admin_addr().await;
+    let status_addr = eventually(T, "the status server's address", || async {
+        op.records()
+            .iter()
+            .find(|r| r["message"] == "status server listening")
+            .and_then(|r| r["addr"].as_str().map(str::to_string))
+    })
+    .await;
+    let body = eventually(T, "/readyz 200", || async {
+        let (code, body) = http_get(&addr, "/readyz");
+        (code == 200).then_some(body)
+    })
+    .await;
+    assert!(body.starts_with("ok\n"), "{body}");
+    assert!(body.contains("rules: 1 synced"), "{body}");
+    assert!(
+        body.contains("rules load: 1 error(s)"),
+        "the broken file is counted: {body}"
+    );
+    let dir_text = dir.path().display().to_string();
+    for hidden in [
+        "private-team-rule",
+        "website",
+        dir_text.as_str(),
+        "watch.version",
+    ] {
+        assert!(!body.contains(hidden), "/readyz tells {hidden:?}: {body}");
+    }
+    assert_eq!(
+        http_get(&addr, "/status").0,
+        404,
+        "/status is on its own listener"
+    );
+    let (code, status) = http_get(&status_addr, "/status");
+    assert_eq!(code, 200);
+    assert!(
+        status.contains("private-team-rule.yaml") && status.contains("\"website\""),
+        "{status}"
+    );
+    common::delete_namespace(&ns);
+}
+
 /// `--metrics-auth kubernetes`: /metrics answers a token the API server knows, of a user
 /// allowed `get` on it, and nobody else; the probes stay open.
 #[tokio::test]

@@ -279,6 +279,19 @@ async fn a_tenant_cannot_escalate_through_a_rule() {
             && err.contains("--allow-secret-reads"),
         "{err}"
     );
+    // The same copy with the Secret's kind spelt another way: refused all the same.
+    for (api_version, kind) in [("/v1", "Secret"), ("core/v1", "Secret"), ("v1", "secret")] {
+        let mut spelt = copies.clone();
+        spelt["metadata"]["name"] = json!("copies-spelt");
+        spelt["spec"]["existing"][0]["apiVersion"] = json!(api_version);
+        spelt["spec"]["existing"][0]["kind"] = json!(kind);
+        let (ok, err) = apply_as(&kc, alice, &spelt);
+        assert!(
+            !ok && err.contains("spec.existing[0]")
+                && (err.contains("write `v1`") || err.contains("did you mean `Secret`")),
+            "{api_version:?} {kind:?}: {err}"
+        );
+    }
     // A Rule that watches Secrets and copies them into its status.
     let watches = rule(
         "watches-secrets",
@@ -468,6 +481,53 @@ async fn a_tenant_cannot_escalate_through_a_rule() {
     );
     assert_eq!(common::admin_metric(&admin, "ruleop_leader"), 1.0);
 
+    // An admin's Rule that runs as ruleop: alice may not relabel it (a label can bring it
+    // into another installation's `--rule-selector`), though she may annotate it.
+    let admins = rule(
+        "admins-rule",
+        json!({"serviceAccount": null,
+               "watch": {"group": "sec.example.com", "version": "v1", "resource": "admins"}}),
+    );
+    let (ok, err) = apply_as(&kc, None, &admins);
+    assert!(ok, "{err}");
+    let relabel = |user: &str, what: &str| {
+        kubectl_at(
+            &kc,
+            &[
+                "label",
+                "rule",
+                "admins-rule",
+                what,
+                "--overwrite",
+                "--as",
+                user,
+            ],
+            None,
+        )
+    };
+    let annotate = |user: &str| {
+        kubectl_at(
+            &kc,
+            &[
+                "annotate",
+                "rule",
+                "admins-rule",
+                "seen=yes",
+                "--overwrite",
+                "--as",
+                user,
+            ],
+            None,
+        )
+    };
+    let (ok, _, err) = relabel("alice", "ruleop.dev/installation=other");
+    assert!(
+        !ok && err.contains("may not `escalate` on rules.ruleop.dev/admins-rule"),
+        "the webhook: {err}"
+    );
+    let (ok, _, err) = annotate("alice");
+    assert!(ok, "the webhook: {err}");
+
     // `ruleop check --as`: the same answer, from a rules file.
     let file = dir.path().join("other.yaml");
     std::fs::write(
@@ -533,6 +593,15 @@ async fn a_tenant_cannot_escalate_through_a_rule() {
             && err.contains("the Rule as it is runs as an account alice may not act as"),
         "{err}"
     );
+    // The policy gives the webhook's answer on the label and the annotation.
+    let (ok, _, err) = relabel("alice", "ruleop.dev/installation=other");
+    assert!(
+        !ok && err.contains("ruleop-rule-authors")
+            && err.contains("may not escalate on rules.ruleop.dev/admins-rule"),
+        "the policy: {err}"
+    );
+    let (ok, _, err) = annotate("alice");
+    assert!(ok, "the policy: {err}");
     // Pinning her resource to a revision takes a right she does not have; an admin has it.
     let pin = |user: Option<&str>| {
         let mut args = vec![

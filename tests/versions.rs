@@ -784,3 +784,76 @@ async fn a_crd_applied_from_ruleop_crd_gets_ruleops_ca_and_converts() {
     );
     cleanup(op, CRD, &ns, &hook);
 }
+
+/// The breaking-change guard reads the objects of every version they may be stored in:
+/// with `storedVersions: [v1alpha1, v1]` (a storage move not migrated yet), a field that
+/// objects stored as v1alpha1 hold may not be dropped from v1alpha1 (the API server would
+/// prune it from them), though the storage version is v1.
+#[tokio::test]
+async fn the_guard_reads_objects_stored_in_a_version_other_than_the_storage_one() {
+    const CRD: &str = "notes.guard.ruleop.dev";
+    let client = common::client().await;
+    let _ = kubectl(
+        &["delete", "crd", CRD, "--ignore-not-found", "--timeout=60s"],
+        None,
+    );
+    let ns = common::namespace(&client, "e2e-guard-stored").await;
+    let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {
+            "text": {"type": "string"}, "legacy": {"type": "string"}}}}}});
+    let crd = |storage: &str| {
+        let version = |name: &str| json!({"name": name, "served": true, "storage": name == storage, "schema": schema});
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": CRD},
+            "spec": {"group": "guard.ruleop.dev", "scope": "Namespaced",
+                "names": {"plural": "notes", "singular": "note", "kind": "Note", "listKind": "NoteList"},
+                "conversion": {"strategy": "None"},
+                "versions": [version("v1alpha1"), version("v1")]}})
+        .to_string()
+    };
+    kubectl_ok(&["apply", "-f", "-"], Some(&crd("v1alpha1")));
+    let note = json!({"apiVersion": "guard.ruleop.dev/v1alpha1", "kind": "Note",
+        "metadata": {"name": "old", "namespace": ns},
+        "spec": {"text": "a", "legacy": "kept"}})
+    .to_string();
+    eventually(T, "a note stored as v1alpha1", || async {
+        kubectl(&["apply", "-f", "-"], Some(&note)).0.then_some(())
+    })
+    .await;
+    kubectl_ok(&["apply", "-f", "-"], Some(&crd("v1")));
+    eventually(T, "storedVersions [v1alpha1, v1]", || async {
+        let c = get_json("crd", "", CRD)?;
+        (c["status"]["storedVersions"] == json!(["v1alpha1", "v1"])).then_some(())
+    })
+    .await;
+    let rule = |v1alpha1: &str| {
+        format!(
+            "name: guard-notes\nwatch: {{group: guard.ruleop.dev, version: v1, resource: notes}}\nschema:\n  kind: Note\n  spec:\n    text: string\n    legacy: string\n  storage: v1\n  versions:\n    - name: v1alpha1\n      spec:\n{v1alpha1}"
+        )
+    };
+    let check = |text: &str| {
+        let (_dir, file) = dir_with(text);
+        common::ruleop_cli(
+            &[
+                "check",
+                "--against-cluster",
+                "--rules",
+                file.to_str().unwrap(),
+            ],
+            true,
+        )
+    };
+    // v1alpha1 without `legacy`: refused, the object stored as v1alpha1 holds it.
+    let dropped = rule(
+        "        text: string\n      convert:\n        - default: {field: spec.legacy, value: \"\"}\n",
+    );
+    let (code, out, err) = check(&dropped);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("v1alpha1 spec.legacy"), "{err}");
+    // Kept in v1alpha1: it passes.
+    let kept = rule("        text: string\n        legacy: string\n");
+    let (code, out, err) = check(&kept);
+    assert_eq!(code, 0, "{out}{err}");
+    common::delete_namespace(&ns);
+    let _ = kubectl(&["delete", "crd", CRD, "--ignore-not-found"], None);
+}

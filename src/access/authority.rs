@@ -8,6 +8,9 @@
 //!   `escalate` on that Rule (`rules.ruleop.dev`, as `escalate` on a Role is what lets one
 //!   grant rights one does not hold). Cluster admins are; a namespace's users are not.
 //!
+//! - a Rule with a `schema` has ruleop apply its kind's CRD (and convert its versions): its
+//!   author must be allowed to `update` that CRD by name, as applying it would need.
+//!
 //! The same check runs in three places: the webhook (each Rule written, with the author
 //! from the AdmissionReview), the ValidatingAdmissionPolicy shipped in `deploy/` (in the
 //! API server, so it holds while ruleop is down), and `ruleop check --against-cluster --as`.
@@ -88,9 +91,37 @@ pub fn demand(rule: &str, identity: Option<&Identity>) -> Demand {
     }
 }
 
+/// The CRD group and resource a Rule's `schema` has ruleop apply.
+const CRDS: (&str, &str) = ("apiextensions.k8s.io", "customresourcedefinitions");
+
+/// Everything writing `rule` as a Rule demands of its author: who it runs as
+/// ([`demand`]), and, for a rule whose `schema` ruleop applies as a CRD (its versions,
+/// its conversion through ruleop's webhook, `--install-crds`), `update` on that CRD by
+/// name: serving a kind takes the right Kubernetes would ask to define it.
+pub fn demands(rule: &crate::rules::CompiledRule) -> Vec<Demand> {
+    let mut out = vec![demand(&rule.name, rule.identity.as_ref())];
+    if let Some(crd) = rule.crd_name() {
+        out.push(Demand {
+            group: CRDS.0.into(),
+            resource: CRDS.1.into(),
+            namespace: None,
+            name: crd.to_string(),
+            verb: "update".into(),
+            path: "spec.schema",
+        });
+    }
+    out
+}
+
 impl Demand {
     /// The refusal of `who`, with the fix.
     pub fn refusal(&self, who: &str) -> String {
+        if (self.group.as_str(), self.resource.as_str()) == CRDS {
+            return format!(
+                "{}: the Rule has ruleop apply the CRD {} (its schema, versions and conversion), and {who} may not `update` customresourcedefinitions/{}\n  fix: leave `schema` out and have the CRD applied by whoever owns the kind, or be granted `update` on customresourcedefinitions named {}",
+                self.path, self.name, self.name, self.name
+            );
+        }
         match self.namespace.as_deref() {
             Some(ns) => format!(
                 "{}: {who} may not impersonate ServiceAccount {ns}/{}, and a Rule runs as the account it names\n  fix: name an account you may impersonate, or be granted `impersonate` on serviceaccounts/{} in namespace {ns}",
@@ -166,6 +197,36 @@ mod tests {
             ("ruleop.dev", "rules", "escalate", "site")
         );
         assert!(d.refusal("alice").contains("fix: add `serviceAccount:"));
+    }
+
+    #[test]
+    fn a_rule_with_a_schema_demands_updating_its_crd_by_name() {
+        let web = crate::rules::testing::website();
+        let d = demands(&web);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert_eq!(
+            (
+                d[1].group.as_str(),
+                d[1].resource.as_str(),
+                d[1].name.as_str(),
+                d[1].verb.as_str()
+            ),
+            (
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                "websites.sre.example.com",
+                "update"
+            )
+        );
+        assert!(
+            d[1].refusal("alice").contains(
+                "alice may not `update` customresourcedefinitions/websites.sre.example.com"
+            )
+        );
+        let plain = crate::rules::testing::rule(
+            "name: p\nwatch: {group: x.io, version: v1, resource: ps}\n",
+        );
+        assert_eq!(demands(&plain).len(), 1);
     }
 
     #[test]

@@ -68,8 +68,10 @@ async fn author_problems(
 ) -> anyhow::Result<Vec<LoadError>> {
     let mut out = Vec::new();
     for rule in loaded {
-        let demand = authority::demand(&rule.name, rule.identity.as_ref());
-        if let Some(why) = authority::denied(client, who, &demand).await? {
+        for demand in authority::demands(rule) {
+            let Some(why) = authority::denied(client, who, &demand).await? else {
+                continue;
+            };
             let (problem, fix) = why.split_once("\n  fix: ").unwrap_or((why.as_str(), ""));
             out.push(LoadError::Rule(Box::new(rules::error::RuleProblem {
                 at: rule.at.clone(),

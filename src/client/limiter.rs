@@ -39,7 +39,7 @@ impl Pace {
     }
 
     /// Takes a token if there is one now.
-    fn take_now(&self) -> bool {
+    pub fn take_now(&self) -> bool {
         self.0.check().is_ok()
     }
 

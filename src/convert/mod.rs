@@ -296,7 +296,8 @@ const ABSENT: &str = "@absent:";
 
 /// Puts back the fields of `version` kept aside when the object left it (and the order
 /// of its `keyed` lists), and drops the annotation that held them; gives the fields that
-/// were not there (not to be defaulted).
+/// were not there (not to be defaulted). A kept field is put back only where the steps
+/// gave nothing: what they give was written after it was kept.
 fn restore(out: &mut Value, spec: &mut Value, version: &str, steps: &[Step]) -> Vec<Vec<String>> {
     let mut absent = Vec::new();
     let key = format!("{KEPT}{version}");
@@ -322,7 +323,10 @@ fn restore(out: &mut Value, spec: &mut Value, version: &str, steps: &[Step]) -> 
             reorder(spec, list, &v, steps);
         } else if let Some(field) = path.strip_prefix(ABSENT) {
             absent.push(segments(field));
-        } else if !segments(&path).is_empty() {
+        } else if !segments(&path).is_empty() && get(spec, &segments(&path)).is_none() {
+            // Kept when the object left this version, the field had no value in the other
+            // one (the steps gave it none). If they give it one now, it was written
+            // since, through the other version: the newer write wins, the kept value goes.
             set(spec, &segments(&path), v);
         }
     }

@@ -113,7 +113,7 @@ fn a_review_converts_every_object_or_fails_naming_it() {
         (g == "x.io" && k == "Site").then_some((c, &r.program))
     });
     assert_eq!(out["response"]["uid"], "u1");
-    assert_eq!(out["response"]["result"]["status"], "Success");
+    assert_eq!(out["response"]["result"]["status"], "Success", "{out}");
     assert_eq!(
         out["response"]["convertedObjects"][0]["spec"]["service"]["type"],
         "NodePort"

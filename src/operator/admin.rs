@@ -123,6 +123,15 @@ async fn guard(
         Verdict::Unauthenticated(why) => (StatusCode::UNAUTHORIZED, why),
         Verdict::Forbidden(why) => (StatusCode::FORBIDDEN, why),
         Verdict::Unknown(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+        Verdict::Busy => {
+            tracing::debug!("a scrape of /metrics refused: too many tokens to review now");
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, "1")],
+                "too many tokens to review now; scrape again in a moment\n",
+            )
+                .into_response();
+        }
     };
     tracing::debug!(code = code.as_u16(), why, "a scrape of /metrics refused");
     (code, format!("{why}\n")).into_response()
@@ -144,21 +153,7 @@ async fn livez() -> &'static str {
 
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     let doc = s.health.doc();
-    let mut body = String::new();
-    for r in &doc.rules {
-        body.push_str(&format!(
-            "rule {}: {}\n",
-            r.name,
-            match (&r.not_started, r.synced) {
-                (Some(why), _) => format!("not started: {why}"),
-                (None, true) => "synced".into(),
-                (None, false) => "not synced (watches listing, or kind not served yet)".into(),
-            }
-        ));
-    }
-    for e in &doc.errors {
-        body.push_str(&format!("rules error: {}\n", e.message));
-    }
+    let body = readiness(&doc);
     if doc.ready {
         (StatusCode::OK, format!("ok\n{body}"))
     } else {
@@ -167,6 +162,27 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
             format!("not ready\n{body}"),
         )
     }
+}
+
+/// Why ruleop is ready or not, in categories and counts: the probes answer whoever reaches
+/// the port, so no rule's name, account, file or text (those are on `/status`, which
+/// `--status-addr` may serve elsewhere).
+fn readiness(doc: &StatusDoc) -> String {
+    let count = |f: &dyn Fn(&RuleDoc) -> bool| doc.rules.iter().filter(|r| f(r)).count();
+    let mut lines = vec![format!(
+        "rules: {} synced, {} not synced (watches listing, or kind not served yet), {} not started (an account lacks rights)",
+        count(&|r| r.not_started.is_none() && r.synced),
+        count(&|r| r.not_started.is_none() && !r.synced),
+        count(&|r| r.not_started.is_some()),
+    )];
+    if !doc.errors.is_empty() {
+        lines.push(format!(
+            "rules load: {} error(s); the last good rules stay in force",
+            doc.errors.len()
+        ));
+    }
+    lines.push("details: /status".into());
+    lines.join("\n") + "\n"
 }
 
 async fn status(State(s): State<AppState>) -> impl IntoResponse {
@@ -215,4 +231,56 @@ pub async fn serve(
         }
     });
     Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_says_categories_never_names_accounts_or_paths() {
+        let doc = StatusDoc {
+            ready: false,
+            leader: true,
+            rules: vec![
+                RuleDoc {
+                    name: "secret-rule".into(),
+                    source: "/etc/ruleop/rules/team-a.yaml".into(),
+                    fingerprint: "abc".into(),
+                    synced: false,
+                    identity: Some("team-a/builder".into()),
+                    not_started: Some("team-a/builder may not list notes".into()),
+                },
+                RuleDoc {
+                    name: "web".into(),
+                    source: "Rule/web".into(),
+                    fingerprint: "def".into(),
+                    synced: true,
+                    identity: None,
+                    not_started: None,
+                },
+            ],
+            errors: vec![Problem {
+                file: "/etc/ruleop/rules/bad.yaml".into(),
+                message: "/etc/ruleop/rules/bad.yaml:3: rule `bad`: watch.version is empty".into(),
+            }],
+        };
+        let text = readiness(&doc);
+        assert!(
+            text.contains("1 synced") && text.contains("1 not started"),
+            "{text}"
+        );
+        assert!(text.contains("rules load: 1 error(s)"), "{text}");
+        for hidden in [
+            "secret-rule",
+            "web",
+            "team-a",
+            "builder",
+            "/etc/",
+            "bad",
+            "Rule/",
+        ] {
+            assert!(!text.contains(hidden), "{hidden:?} in {text}");
+        }
+    }
 }

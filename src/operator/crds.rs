@@ -59,32 +59,45 @@ pub enum Installed {
     Applied,
 }
 
-/// The stored resources of the kind the served CRD defines (None when they cannot be
-/// listed: then every removed field counts as used).
+/// The stored resources of the kind the served CRD defines, as they read in each version
+/// objects may be stored in (`status.storedVersions`; unknown: every version): an object
+/// stored in a version is among those listed in it, so a field one of them holds there
+/// counts as used (listed in the storage version alone, every other version's objects
+/// would read as that one's). None when they cannot all be listed (a stored version no
+/// longer served): then every removed field counts as used.
 async fn stored(client: &Client, old: &Value) -> Option<Vec<Value>> {
     let spec = &old["spec"];
-    let version = spec["versions"]
-        .as_array()?
-        .iter()
-        .find(|v| v["storage"] == true)?["name"]
-        .as_str()?;
+    let versions = spec["versions"].as_array()?;
     let group = spec["group"].as_str()?;
-    let ar = ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: format!("{group}/{version}"),
-        kind: spec["names"]["kind"].as_str()?.into(),
-        plural: spec["names"]["plural"].as_str()?.into(),
+    let names: Vec<&str> = match old["status"]["storedVersions"].as_array() {
+        Some(s) => s.iter().filter_map(Value::as_str).collect(),
+        None => versions.iter().filter_map(|v| v["name"].as_str()).collect(),
     };
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    let objects = api.list(&ListParams::default()).await.ok()?;
-    Some(
-        objects
-            .items
+    let mut all = Vec::new();
+    for version in names {
+        let served = versions
             .iter()
-            .filter_map(|o| serde_json::to_value(o).ok())
-            .collect(),
-    )
+            .any(|v| v["name"] == version && v["served"] == true);
+        if !served {
+            return None;
+        }
+        let ar = ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: format!("{group}/{version}"),
+            kind: spec["names"]["kind"].as_str()?.into(),
+            plural: spec["names"]["plural"].as_str()?.into(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let objects = api.list(&ListParams::default()).await.ok()?;
+        all.extend(
+            objects
+                .items
+                .iter()
+                .filter_map(|o| serde_json::to_value(o).ok()),
+        );
+    }
+    Some(all)
 }
 
 /// The changes from the CRD the cluster serves to `new` that would break what it stores

@@ -4,6 +4,11 @@
 //! and controller-runtime's metrics filter do. Verdicts are kept a short while, so that a
 //! Prometheus scraping every 30 s costs two reviews a minute at most.
 //!
+//! The reviews go on a client of their own (never the one that renews the Lease) within a
+//! budget: a few a second and two at once for tokens not already judged, so that a flood of
+//! made-up tokens costs the API server a few reviews a second and is answered 429; a
+//! token's verdict, granted or refused, is kept for the next scrape.
+//!
 //! Owns: the verdict on a scrape. Used by: the admin server.
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
@@ -35,6 +40,11 @@ const KEEP_ALLOWED: Duration = Duration::from_secs(60);
 const KEEP_REFUSED: Duration = Duration::from_secs(10);
 /// Verdicts kept at most (a flood of made-up tokens cannot grow the map).
 const KEEP_AT_MOST: usize = 1024;
+/// Reviews of tokens not kept: this many a second on average, this many in a burst, and
+/// this many under way at once; past that a scrape is answered 429 at once.
+const REVIEWS_PER_SECOND: f64 = 5.0;
+const REVIEWS_BURST: u32 = 10;
+const REVIEWS_AT_ONCE: usize = 2;
 
 /// What a scrape gets.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +56,8 @@ pub enum Verdict {
     Forbidden(String),
     /// 503: the API server could not be asked (the scrape is tried again).
     Unknown(String),
+    /// 429: more tokens to review than the budget takes now.
+    Busy,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -56,8 +68,11 @@ enum ReviewError {
 
 /// Decides on scrapes, with the API server's reviews.
 pub struct Gatekeeper {
+    /// A client of its own: the Lease's client renews the Lease alone.
     client: kube::Client,
     kept: Mutex<HashMap<[u8; 32], (Verdict, Instant)>>,
+    pace: Option<std::sync::Arc<crate::client::limiter::Pace>>,
+    at_once: tokio::sync::Semaphore,
 }
 
 impl Gatekeeper {
@@ -65,6 +80,8 @@ impl Gatekeeper {
         Gatekeeper {
             client,
             kept: Mutex::new(HashMap::new()),
+            pace: crate::client::limiter::Pace::new(REVIEWS_PER_SECOND, REVIEWS_BURST),
+            at_once: tokio::sync::Semaphore::new(REVIEWS_AT_ONCE),
         }
     }
 
@@ -78,6 +95,13 @@ impl Gatekeeper {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Some(v) = self.kept(&key) {
             return v;
+        }
+        // A token not judged yet: within the budget, or 429 now.
+        let Ok(_turn) = self.at_once.try_acquire() else {
+            return Verdict::Busy;
+        };
+        if self.pace.as_ref().is_some_and(|p| !p.take_now()) {
+            return Verdict::Busy;
         }
         let verdict = match self.review(token).await {
             Ok(v) => v,

@@ -168,8 +168,15 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         Some(_) => admin::Serves::Probes,
         None => admin::Serves::All,
     };
-    let gate = (args.metrics_auth == metrics_auth::MetricsAuth::Kubernetes)
-        .then(|| Arc::new(metrics_auth::Gatekeeper::new(election_client.clone())));
+    // Scrapes are reviewed on a client of their own: never queued with the Lease's renewals.
+    let gate = match args.metrics_auth {
+        metrics_auth::MetricsAuth::Kubernetes => Some(Arc::new(metrics_auth::Gatekeeper::new(
+            client::build(args.watch_timeout_seconds, &me, Guard::default())
+                .await
+                .map_err(RunError::Client)?,
+        ))),
+        metrics_auth::MetricsAuth::None => None,
+    };
     let addr = admin::serve(
         args.admin_addr,
         serves,

@@ -33,6 +33,8 @@ pub struct Round {
     /// A child's write is still on its way (the resource is looked at again soon).
     pub on_its_way: bool,
     pub problems: Vec<Problem>,
+    /// The children found to be another's (by instance: `id`, `id[index]`).
+    pub not_owned: Vec<String>,
     /// A passing fault: the round is retried with backoff.
     pub transient: Option<ApplyError>,
 }
@@ -74,25 +76,95 @@ fn not_owned(c: &Rendered, controller: &str) -> Problem {
     }
 }
 
-/// Writes what differs, through the ownership model.
+/// Writes what differs, through the ownership model. A child that refers to another
+/// ([`crate::render::refers`]) is sent after it, and held while that one is not ruleop's.
 pub async fn apply_children(ctx: &Ctx, ns: &str, r: &ResourceId, children: &[Rendered]) -> Round {
     let mut round = Round::default();
-    // Decide first (no request), then send every write at once: the children of one
-    // resource are independent, and a reconcile is mostly waiting on the API server.
+    // Decide first (no request), then send the writes in waves: every write whose
+    // children it refers to are decided goes at once (the children of one resource are
+    // mostly independent, and a reconcile is mostly waiting on the API server).
+    let refs = crate::render::refers::references(&ctx.rule, children);
     let mut pending = Vec::new();
-    for c in children {
+    for (i, c) in children.iter().enumerate() {
         if let Some(w) = decide(ctx, ns, r, c, &mut round).await {
-            pending.push(w);
+            pending.push((i, w));
         }
     }
-    // Grants first (Roles, bindings): when the API server refuses one (its escalation
-    // check: the account may grant only what it holds), the other writes are held, so
-    // nothing is left half made.
+    while !pending.is_empty() {
+        let foreign: Vec<usize> = children
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| round.not_owned.contains(&c.instance()))
+            .map(|(i, _)| i)
+            .collect();
+        let (held, go): (Vec<_>, Vec<_>) = pending
+            .into_iter()
+            .partition(|(i, _)| refs[*i].iter().any(|j| foreign.contains(j)));
+        for (i, w) in held {
+            let j = refs[i].iter().find(|j| foreign.contains(j)).copied();
+            hold(w.c, j.map(|j| &children[j]), w.live, &mut round);
+        }
+        let waiting = |i: usize, rest: &[(usize, Write<'_>)]| {
+            refs[i].iter().any(|j| rest.iter().any(|(k, _)| k == j))
+        };
+        let ready: Vec<usize> = go
+            .iter()
+            .filter(|(i, _)| !waiting(*i, &go))
+            .map(|(i, _)| *i)
+            .collect();
+        // Children that name each other (a cycle of names) go together.
+        let (now, later): (Vec<_>, Vec<_>) = go
+            .into_iter()
+            .partition(|(i, _)| ready.is_empty() || ready.contains(i));
+        pending = later;
+        if !send_wave(
+            ctx,
+            ns,
+            r,
+            now.into_iter().map(|(_, w)| w).collect(),
+            &mut round,
+        )
+        .await
+        {
+            return round;
+        }
+    }
+    round
+}
+
+/// A child held: it refers to `foreign`, which is not ruleop's. Its object stays as it is.
+fn hold(c: &Rendered, foreign: Option<&Rendered>, live: Option<Value>, round: &mut Round) {
+    let what = foreign.map_or("another child".to_string(), |f| {
+        format!("{} {} (child `{}`)", f.kind, f.name, f.id)
+    });
+    round.problems.push(Problem {
+        reason: "NotOwned",
+        message: format!(
+            "{} {} (child `{}`) is not applied: it refers to {what}, which is not this resource's, and would use an object ruleop never wrote",
+            c.kind, c.name, c.id
+        ),
+        retry: Retry::Backoff,
+    });
+    if let Some(live) = live {
+        round.observed.insert(c.instance(), live);
+    }
+}
+
+/// Sends one wave of writes: grants first (Roles, bindings); when the API server refuses
+/// one (its escalation check: the account may grant only what it holds), the other writes
+/// are held, so nothing is left half made (false: the round stops here).
+async fn send_wave(
+    ctx: &Ctx,
+    ns: &str,
+    r: &ResourceId,
+    writes: Vec<Write<'_>>,
+    round: &mut Round,
+) -> bool {
     let (grants, rest): (Vec<Write<'_>>, Vec<Write<'_>>) =
-        pending.into_iter().partition(|w| is_grant(w.c));
+        writes.into_iter().partition(|w| is_grant(w.c));
     if !grants.is_empty() {
         let before = round.problems.len();
-        send(ctx, ns, r, grants, &mut round).await;
+        send(ctx, ns, r, grants, round).await;
         if round.problems[before..]
             .iter()
             .any(|p| p.reason == "Forbidden")
@@ -102,11 +174,11 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, r: &ResourceId, children: &[Ren
                 held = rest.len(),
                 "a Role or binding was refused: the resource's other writes are held until it goes through"
             );
-            return round;
+            return false;
         }
     }
-    send(ctx, ns, r, rest, &mut round).await;
-    round
+    send(ctx, ns, r, rest, round).await;
+    true
 }
 
 /// A child that grants permissions: its write may be refused by the API server's
@@ -179,6 +251,7 @@ async fn decide<'a>(
         .map(|l| apply::judge(l, &r.uid, &ctx.rule.name, adopt))
     {
         round.problems.push(not_owned(c, &controller));
+        round.not_owned.push(c.instance());
         return None;
     }
     let last = ctx.records.written(r, &key);
@@ -327,6 +400,7 @@ fn record(
         Ok(Outcome::NotOwned { controller }) => {
             ctx.records.forget_child(r, &key);
             round.problems.push(not_owned(c, &controller));
+            round.not_owned.push(c.instance());
             return;
         }
         Err(e) => {

@@ -8,8 +8,8 @@
 //!
 //! Owns: the template variables ([`context`]), one object ([`object`]), the walk over the
 //! children in graph order that says who waits ([`graph`]), what existing objects to look
-//! up ([`existing`]), a live child's readiness ([`readiness`]) and the rendered object's
-//! shape ([`model`]). Uses: `rules` and `schema` only. Used by: `apply`, `status`,
+//! up ([`existing`]), a live child's readiness ([`readiness`]), which children refer to
+//! which ([`refers`]) and the rendered object's shape ([`model`]). Uses: `rules` and `schema` only. Used by: `apply`, `status`,
 //! `reconcile`, the CLI.
 
 mod budget;
@@ -21,6 +21,7 @@ mod names;
 mod normalize;
 mod object;
 pub mod readiness;
+pub mod refers;
 
 pub use context::{Scope, merge_defaults, scope};
 pub use existing::{Lookup, find_existing, lookups, with_found};

@@ -282,16 +282,10 @@ impl RuleBook {
             .chain(self.objects.values().filter_map(|e| e.good.clone()))
             .collect();
         let (named, dups) = dedupe_names(all.clone());
-        let mut by_watch: BTreeMap<(String, String), Vec<Arc<CompiledRule>>> = BTreeMap::new();
-        for r in named {
-            by_watch
-                .entry((r.watch.group.clone(), r.watch.resource.clone()))
-                .or_default()
-                .push(r);
-        }
+        // Rules that name one kind any way (its resource, its kind, its CRD) are one group.
         let mut kept = Vec::new();
         let mut problems: Vec<LoadError> = dups;
-        for (_, mut rules) in by_watch {
+        for mut rules in super::claims::groups(&named) {
             if let [only] = rules.as_slice() {
                 kept.push(only.clone());
                 continue;
@@ -313,19 +307,14 @@ impl RuleBook {
                 problems.push(same_watch(r, other, false));
             }
         }
+        let overlap = |a: &CompiledRule, b: &CompiledRule| {
+            super::claims::shared(&super::claims::claims(a), &super::claims::claims(b)).is_some()
+        };
         for d in problems {
             if let LoadError::SameWatch(w) = &d
                 && let Some(prev) = self.in_force.get(&w.rule)
-                && !kept.iter().any(|k| {
-                    k.name == prev.name
-                        || (k.watch.group == prev.watch.group
-                            && k.watch.resource == prev.watch.resource)
-                })
-                && !all.iter().any(|r| {
-                    r.name != prev.name
-                        && r.watch.group == prev.watch.group
-                        && r.watch.resource == prev.watch.resource
-                })
+                && !kept.iter().any(|k| k.name == prev.name || overlap(k, prev))
+                && !all.iter().any(|r| r.name != prev.name && overlap(r, prev))
             {
                 kept.push(prev.clone());
             }
@@ -345,14 +334,13 @@ impl RuleBook {
 
 /// The problem of `rule`, which watches what `other` watches (and serves, if `serving`).
 fn same_watch(rule: &CompiledRule, other: &CompiledRule, serving: bool) -> LoadError {
+    use super::claims::{claims, describe, shared};
+    let (mine, theirs) = (claims(rule), claims(other));
     LoadError::SameWatch(Box::new(super::error::SameWatch {
         serving,
         rule: rule.name.clone(),
         other: other.name.clone(),
-        watch: format!(
-            "{}/{} {}",
-            rule.watch.group, rule.watch.version, rule.watch.resource
-        ),
+        watch: describe(rule, shared(&mine, &theirs)),
         first: other.at.clone(),
         second: rule.at.clone(),
     }))

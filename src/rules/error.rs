@@ -74,7 +74,7 @@ pub enum LoadError {
 /// A second rule on an already watched resource.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{second}: rule `{rule}` watches {watch}, which rule `{other}` at {first} {}; {}\n  fix: one rule per watched resource: merge the two rules, or watch another resource",
+    "{second}: rule `{rule}` watches {watch}, which rule `{other}` at {first} {}; {}\n  fix: one rule per kind (by its resource, its kind and its CRD alike): merge the two rules, or watch another kind",
     if *.serving { "serves" } else { "already watches" },
     if *.serving { format!("this rule is refused and `{other}` goes on serving") } else { "each would overwrite the other's status and children forever".to_string() }
 )]

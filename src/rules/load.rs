@@ -252,33 +252,37 @@ pub fn load_paths(paths: &[PathBuf]) -> (Vec<Arc<CompiledRule>>, Vec<LoadError>)
     (rules, errors)
 }
 
-/// Keeps the first rule of each name; later ones become errors.
+/// Keeps the first rule of each name, and the first rule of each kind (by every name the
+/// kind goes by: [`super::claims`]); later ones become errors.
 pub fn dedupe(rules: Vec<Arc<CompiledRule>>) -> (Vec<Arc<CompiledRule>>, Vec<LoadError>) {
+    use super::claims::{Claim, claims, describe, shared};
     let mut names: HashMap<String, Location> = HashMap::new();
-    let mut watches: HashMap<(String, String), (String, Location)> = HashMap::new();
+    let mut served: Vec<(Vec<Claim>, Arc<CompiledRule>)> = Vec::new();
     let mut kept = Vec::new();
     let mut errors = Vec::new();
     for r in rules {
-        // The version is only a view: one resource of one group is one kind.
-        let watch = (r.watch.group.clone(), r.watch.resource.clone());
+        let mine = claims(&r);
         if let Some(first) = names.get(&r.name) {
             errors.push(LoadError::Duplicate {
                 rule: r.name.clone(),
                 first: first.clone(),
                 second: r.at.clone(),
             });
-        } else if let Some((other, first)) = watches.get(&watch) {
+        } else if let Some((on, other)) = served
+            .iter()
+            .find_map(|(theirs, o)| shared(&mine, theirs).map(|c| (c, o)))
+        {
             errors.push(LoadError::SameWatch(Box::new(super::error::SameWatch {
                 serving: false,
                 rule: r.name.clone(),
-                other: other.clone(),
-                watch: format!("{}/{} {}", r.watch.group, r.watch.version, r.watch.resource),
-                first: first.clone(),
+                other: other.name.clone(),
+                watch: describe(&r, Some(on)),
+                first: other.at.clone(),
                 second: r.at.clone(),
             })));
         } else {
             names.insert(r.name.clone(), r.at.clone());
-            watches.insert(watch, (r.name.clone(), r.at.clone()));
+            served.push((mine, r.clone()));
             kept.push(r);
         }
     }

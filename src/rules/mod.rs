@@ -5,10 +5,12 @@
 //! [`lines`]), compiling a rule ([`compile`]: templates, children, links, status fields),
 //! the children's graph ([`graph`]), the template engine's program and helpers
 //! ([`program`], [`helpers`]), a rule checked against its kind's CRD ([`crd`]), errors
-//! ([`error`]) and the rules in force with their last good versions ([`book`]).
+//! ([`error`]), which kind each rule serves by every name it goes by ([`claims`]) and the
+//! rules in force with their last good versions ([`book`]).
 //! Uses: `schema` and `suggest`. Used by: everything above it.
 
 pub mod book;
+pub mod claims;
 pub mod compile;
 pub mod crd;
 pub mod error;

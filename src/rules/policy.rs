@@ -61,8 +61,10 @@ impl SecretFlow {
     }
 }
 
+/// Whether the kind is Secret, however its apiVersion and kind are spelt (the one
+/// normalizer of [`crate::schema::kinds`]: `/v1`, `core/v1` and `secret` are Secrets too).
 fn is_secret(api_version: &str, kind: &str) -> bool {
-    api_version == "v1" && kind == "Secret"
+    crate::schema::kinds::names_kind(api_version, kind, "v1", "Secret")
 }
 
 /// Every place `rule` copies Secret data out of a Secret. Secret data is what an
@@ -76,7 +78,8 @@ pub fn secret_flows(rule: &CompiledRule) -> Vec<SecretFlow> {
         .filter(|e| is_secret(&e.api_version, &e.kind))
         .map(|e| format!("existing.{}", e.id))
         .collect();
-    let watches_secrets = rule.watch.group.is_empty() && rule.watch.resource == "secrets";
+    let watches_secrets = matches!(rule.watch.group.trim(), "" | "core")
+        && rule.watch.resource.trim().eq_ignore_ascii_case("secrets");
     if sources.is_empty()
         && !watches_secrets
         && !rule
@@ -372,6 +375,47 @@ mod tests {
             ..Policy::default()
         };
         assert!(problems(&r, &allowed).is_empty());
+    }
+
+    /// Every spelling of a Secret's apiVersion and kind is refused: at load (not the API
+    /// server's spelling, with the one to write) or by the policy, never let through.
+    #[test]
+    fn a_secret_copied_out_is_refused_however_its_kind_is_spelt() {
+        for (api_version, kind) in [
+            ("v1", "Secret"),
+            ("/v1", "Secret"),
+            (" v1", "Secret"),
+            ("core/v1", "Secret"),
+            ("V1", "Secret"),
+            ("v1", "secret"),
+            ("v1", "SECRET"),
+            ("v1", " Secret"),
+        ] {
+            let text = format!(
+                "{HEAD}existing:\n  - id: creds\n    apiVersion: \"{api_version}\"\n    kind: \"{kind}\"\n    name: token\nchildren:\n  - id: cm\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {{name: \"{{{{ name }}}}\"}}\n      data: {{t: \"{{{{ existing.creds.data.token }}}}\"}}\n"
+            );
+            let (rules, errors) =
+                crate::rules::load::load_str(&text, std::path::Path::new("r.yaml"));
+            let refused_at_load = errors.iter().any(|e| {
+                let m = e.to_string();
+                m.starts_with("r.yaml:")
+                    && (m.contains("write `") || m.contains("did you mean `Secret`"))
+            });
+            let refused_by_policy = rules
+                .first()
+                .is_some_and(|r| !problems(r, &Policy::default()).is_empty());
+            assert!(
+                refused_at_load || refused_by_policy,
+                "{api_version:?} {kind:?} passed: {errors:?}"
+            );
+            if (api_version, kind) == ("v1", "Secret") {
+                assert!(errors.is_empty() && refused_by_policy, "{errors:?}");
+            } else {
+                assert!(refused_at_load, "{api_version:?} {kind:?}: {errors:?}");
+            }
+        }
+        // The flow itself is found for any spelling a compiled rule could hold.
+        assert!(is_secret("/v1", "Secret") && is_secret("core/v1", "secret"));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! `Ignore`: with ruleop down a Rule is stored, and its status says whether it is in force
 //! once ruleop reads it; a stopped operator never blocks the cluster.
 
+pub mod budget;
 pub mod certs;
 pub mod review;
 pub mod serve;
@@ -222,7 +223,8 @@ pub async fn start(
                     policy,
                     client,
                     at_once: tokio::sync::Semaphore::new(serve::REVIEWS_AT_ONCE),
-                    converting: tokio::sync::Semaphore::new(2),
+                    converting: tokio::sync::Semaphore::new(serve::CONVERSIONS_AT_ONCE),
+                    budget: budget::Budget::new(),
                 });
                 match tokio::net::TcpListener::from_std(listener) {
                     Ok(l) => serve::serve(l, serving_current, reviewer).await,

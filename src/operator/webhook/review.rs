@@ -14,6 +14,8 @@ use std::sync::{Arc, RwLock};
 pub struct Serving {
     pub group: String,
     pub resource: String,
+    /// Every name of the kind it serves (its resource, its kind, its CRD).
+    pub claims: Vec<crate::rules::claims::Claim>,
     pub rule: String,
     /// Where the rule comes from: its file, or `Rule/<name>`.
     pub source: String,
@@ -38,6 +40,7 @@ impl Served {
             .map(|r| Serving {
                 group: r.watch.group.clone(),
                 resource: r.watch.resource.clone(),
+                claims: crate::rules::claims::claims(r),
                 rule: r.name.clone(),
                 source: r.at.file.display().to_string(),
             })
@@ -109,10 +112,10 @@ pub fn answer(review: &Value, served: &Served, policy: &Policy) -> Answer {
             ask: None,
         },
         None => {
-            let mut demands = vec![demand(
-                &load.name,
-                load.rule.as_ref().and_then(|r| r.identity.as_ref()),
-            )];
+            let mut demands = match &load.rule {
+                Some(r) => crate::access::authority::demands(r),
+                None => vec![demand(&load.name, None)],
+            };
             if request["operation"] == "UPDATE" && request["oldObject"].is_object() {
                 let was = demand(&load.name, identity_of(&request["oldObject"]).as_ref());
                 if !demands.contains(&was) {
@@ -194,15 +197,18 @@ fn verdict(load: &ObjectLoad, served: &[Serving], policy: &Policy) -> Option<Str
                 .map(ToString::to_string),
         );
     }
-    if let Some(r) = &load.rule
-        && let Some(other) = served
+    if let Some(r) = &load.rule {
+        let mine = crate::rules::claims::claims(r);
+        if let Some((other, on)) = served
             .iter()
-            .find(|s| s.source != own && s.group == r.watch.group && s.resource == r.watch.resource)
-    {
-        problems.push(format!(
-            "spec.watch: {}/{} {} is served by rule `{}` ({}); a second rule on it would be refused and `{}` would go on serving\n  fix: one rule per watched resource: edit `{}` instead, or watch another resource",
-            r.watch.group, r.watch.version, r.watch.resource, other.rule, other.source, other.rule, other.rule
-        ));
+            .filter(|s| s.source != own)
+            .find_map(|s| crate::rules::claims::shared(&mine, &s.claims).map(|on| (s, on)))
+        {
+            problems.push(format!(
+                "spec.watch: {} is served by rule `{}` ({}); a second rule on it would be refused and `{}` would go on serving\n  fix: one rule per kind (by its resource, its kind and its CRD alike): edit `{}` instead, or watch another kind",
+                crate::rules::claims::describe(r, Some(on)), other.rule, other.source, other.rule, other.rule
+            ));
+        }
     }
     if problems.is_empty() {
         return None;
@@ -334,6 +340,10 @@ mod tests {
         let serving = |rule: &str| Serving {
             group: "x.io".into(),
             resource: "webs".into(),
+            claims: vec![crate::rules::claims::Claim::Resource {
+                group: "x.io".into(),
+                resource: "webs".into(),
+            }],
             rule: rule.into(),
             source: format!("Rule/{rule}"),
         };
@@ -353,6 +363,10 @@ mod tests {
         let mut file = serving("web");
         file.source = "/etc/ruleop/rules/web.yaml".into();
         file.resource = "others".into();
+        file.claims = vec![crate::rules::claims::Claim::Resource {
+            group: "x.io".into(),
+            resource: "others".into(),
+        }];
         *served.0.write().unwrap() = vec![file];
         let bad = answer(&review(rule(json!(2))), &served, &Policy::default()).review;
         let m = bad["response"]["status"]["message"].as_str().unwrap();
@@ -360,6 +374,29 @@ mod tests {
             m.contains("is served from /etc/ruleop/rules/web.yaml"),
             "{m}"
         );
+    }
+
+    /// A tenant's Rule on another resource name with the served kind's `schema.kind` would
+    /// take over that kind's conversion: refused, naming the kind, and the conversion stays
+    /// the serving rule's.
+    #[test]
+    fn a_rule_naming_a_served_kind_by_another_resource_is_refused_and_converts_nothing() {
+        let website = crate::rules::testing::website();
+        let served = Served::new();
+        served.set(std::slice::from_ref(&website));
+        let tenant = json!({"apiVersion": "ruleop.dev/v1alpha1", "kind": "Rule",
+            "metadata": {"name": "zzz"},
+            "spec": {"watch": {"group": "sre.example.com", "version": "v1", "resource": "zzsites"},
+                "schema": {"kind": "WebSite", "spec": {"image": "string"}}}});
+        let bad = answer(&review(tenant), &served, &Policy::default()).review;
+        assert_eq!(bad["response"]["allowed"], false, "{bad}");
+        let m = bad["response"]["status"]["message"].as_str().unwrap();
+        assert!(
+            m.contains("sre.example.com/v1 zzsites (the kind website of sre.example.com) is served by rule `website`"),
+            "{m}"
+        );
+        let converting = served.converting("sre.example.com", "WebSite");
+        assert!(converting.is_none_or(|r| r.name == "website"));
     }
 
     #[test]

@@ -17,9 +17,14 @@ pub use crate::schema::crd::CONVERT_PATH;
 
 /// The largest review read (a Rule is at most a rules file, 1 MiB, and the API server
 /// sends the old object too).
-const MAX_BODY: usize = 3 * 1024 * 1024;
-/// The largest ConversionReview taken: a page of a list of large objects.
-const MAX_CONVERT_BODY: usize = 64 * 1024 * 1024;
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+/// The largest ConversionReview taken. The API server sends one per object it reads from
+/// storage in another version (a LIST, a watch) and one per list it answers whole, so a
+/// review holds one object of at most etcd's 1.5 MiB, or a page of a list; 16 MiB takes a
+/// page of 500 objects of 32 KiB. A larger body is refused at once (413), unread.
+pub const MAX_CONVERT_BODY: usize = 16 * 1024 * 1024;
+/// Conversions under way at once (each off the async threads).
+pub const CONVERSIONS_AT_ONCE: usize = 2;
 
 /// The certificate served now.
 #[derive(Debug, Default)]
@@ -64,16 +69,15 @@ pub struct Reviewer {
     pub at_once: tokio::sync::Semaphore,
     /// Conversions under way at once.
     pub converting: tokio::sync::Semaphore,
+    /// Connections and the bytes of bodies held at once.
+    pub budget: Arc<super::budget::Budget>,
 }
 
-/// Reviews compiling at once; connections open at once.
+/// Reviews compiling at once.
 pub const REVIEWS_AT_ONCE: usize = 4;
-const CONNECTIONS_AT_ONCE: usize = 64;
 /// How long a request's body may take to arrive.
 const READ_BODY: Duration = Duration::from_secs(5);
-/// How long a review waits for its turn before it is refused as busy (the API server
-/// waits 5 s: `timeoutSeconds`).
-const WAIT_FOR_TURN: Duration = Duration::from_secs(3);
+use super::budget::WAIT_FOR_TURN;
 
 /// Serves until the task is dropped.
 pub async fn serve(
@@ -92,12 +96,15 @@ pub async fn serve(
         }
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let connections = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_AT_ONCE));
     loop {
-        let Ok(slot) = connections.clone().acquire_owned().await else {
-            return;
+        let Ok((tcp, peer)) = listener.accept().await else {
+            continue;
         };
-        let Ok((tcp, _)) = listener.accept().await else {
+        // Past the budget (in all, or from this address) the connection is closed at once:
+        // the accept loop never waits, so a flood holds no place it did not get.
+        let Some(slot) = reviewer.budget.connect(peer.ip()) else {
+            tracing::debug!(source = %peer.ip(), "webhook connection refused: over budget");
+            drop(tcp);
             continue;
         };
         let acceptor = acceptor.clone();
@@ -140,12 +147,23 @@ async fn handle(
     if req.method() != hyper::Method::POST || (path != PATH && path != CONVERT_PATH) {
         return Ok(reply(StatusCode::NOT_FOUND, "{}".into()));
     }
-    // The whole body within the API server's own wait (a slow sender holds no slot longer).
-    // A ConversionReview holds a whole page of a list: larger.
+    // The body's bytes from the budget first (a body larger than the API server sends is
+    // refused unread), then the whole body within the API server's own wait.
     let limit = if path == CONVERT_PATH {
         MAX_CONVERT_BODY
     } else {
         MAX_BODY
+    };
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    let _bytes = match reviewer.budget.body(declared, limit).await {
+        Ok(p) => p,
+        Err(super::budget::Refused::TooLarge) => {
+            return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, "{}".into()));
+        }
+        Err(super::budget::Refused::Busy) => return Ok(busy()),
     };
     let read = Limited::new(req.into_body(), limit).collect();
     let body = match tokio::time::timeout(READ_BODY, read).await {
@@ -153,49 +171,74 @@ async fn handle(
         Ok(Err(_)) => return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, "{}".into())),
         Err(_) => return Ok(reply(StatusCode::REQUEST_TIMEOUT, "{}".into())),
     };
+    if path == CONVERT_PATH {
+        return Ok(convert_in_turn(body, &reviewer).await);
+    }
     let Ok(review) = serde_json::from_slice::<serde_json::Value>(&body) else {
         return Ok(reply(StatusCode::BAD_REQUEST, "{}".into()));
     };
-    if path == CONVERT_PATH {
-        return Ok(reply(
-            StatusCode::OK,
-            convert(&review, &reviewer.served).to_string(),
-        ));
-    }
     let answer = review_one(&review, &reviewer).await;
     Ok(reply(StatusCode::OK, answer.to_string()))
 }
 
-/// The answer to a ConversionReview, by the rule in force for the objects' kind.
-fn convert(review: &serde_json::Value, served: &super::review::Served) -> serde_json::Value {
-    let request = &review["request"];
-    let group = request["desiredAPIVersion"]
-        .as_str()
-        .and_then(|v| v.split_once('/'))
-        .map(|(g, _)| g)
-        .unwrap_or_default();
-    let kind = request["objects"][0]["kind"].as_str().unwrap_or_default();
-    let rule = served.converting(group, kind);
+/// 429, to try again in a moment.
+fn busy() -> Response<Full<Bytes>> {
+    let mut r = reply(StatusCode::TOO_MANY_REQUESTS, "{}".into());
+    r.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static("1"),
+    );
+    r
+}
+
+/// A conversion in its turn (429 if it does not come in time), off the async threads.
+async fn convert_in_turn(body: Bytes, reviewer: &Reviewer) -> Response<Full<Bytes>> {
+    let Ok(Ok(_turn)) = tokio::time::timeout(WAIT_FOR_TURN, reviewer.converting.acquire()).await
+    else {
+        return busy();
+    };
+    let served = reviewer.served.clone();
+    match tokio::task::spawn_blocking(move || convert(&body, &served)).await {
+        Ok(Some(answer)) => {
+            let mut r = Response::new(Full::new(Bytes::from(answer)));
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+        Ok(None) => reply(StatusCode::BAD_REQUEST, "{}".into()),
+        Err(_) => reply(StatusCode::INTERNAL_SERVER_ERROR, "{}".into()),
+    }
+}
+
+/// The answer to a ConversionReview's body, by the rule in force for the objects' kind
+/// (None: the body is no ConversionReview).
+fn convert(body: &[u8], served: &super::review::Served) -> Option<Vec<u8>> {
+    let (group, kind) = crate::convert::review::first_kind(body)?;
+    let rule = served.converting(&group, &kind);
     if let Some(r) = rule
         .as_ref()
-        .filter(|r| !served.serves(group, &r.watch.resource))
+        .filter(|r| !served.serves(&group, &r.watch.resource))
     {
         tracing::debug!(%group, %kind, rule = %r.name, "converting by the last conversion of a rule no longer in force");
     }
     let started = std::time::Instant::now();
-    let answer = crate::convert::review::answer(review, |g, k| {
+    let (answer, outcome) = crate::convert::review::answer_body(body, |g, k| {
         let r = rule.as_ref().filter(|_| g == group && k == kind)?;
         Some((r.conversion.as_ref()?, &r.program))
-    });
-    let objects = request["objects"].as_array().map_or(0, Vec::len);
-    let status = answer["response"]["result"]["status"]
-        .as_str()
-        .unwrap_or_default();
-    tracing::debug!(%group, %kind, objects, status, elapsed_ms = started.elapsed().as_millis() as u64, "conversion");
-    if status != "Success" {
-        tracing::warn!(%group, %kind, message = %answer["response"]["result"]["message"], "conversion failed");
+    })
+    .ok()?;
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    match outcome {
+        crate::convert::review::Outcome::Success(objects) => {
+            tracing::debug!(%group, %kind, objects, bytes = body.len(), elapsed_ms, "conversion");
+        }
+        crate::convert::review::Outcome::Failure(message) => {
+            tracing::warn!(%group, %kind, %message, "conversion failed");
+        }
     }
-    answer
+    Some(answer)
 }
 
 /// The answer to one review: refused as busy if its turn does not come in time (never

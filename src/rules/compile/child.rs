@@ -10,7 +10,9 @@ use super::refs::{self, Kinds};
 use super::template::bare;
 use crate::rules::graph::Reads;
 use crate::rules::spec::{ChildSpec, ExistingSpec, RuleSpec};
-use crate::schema::kinds::{check_builtin_kind, group_version, known_cluster_scoped};
+use crate::schema::kinds::{
+    api_version_problem, check_builtin_kind, group_version, known_cluster_scoped,
+};
 use crate::schema::typed::{self, Shape};
 use crate::suggest::edit_distance;
 use serde_json::Value;
@@ -19,6 +21,20 @@ use std::collections::BTreeSet;
 /// Refuses an unknown or cluster-scoped built-in kind.
 fn check_kind(c: &mut Compiler<'_>, path: &str, id: &str, api_version: &str, kind: &str) {
     let group = group_version(api_version).0;
+    if let Some((problem, fix)) = api_version_problem(api_version) {
+        let at = path.strip_suffix(".kind").unwrap_or(path);
+        c.error(&format!("{at}.apiVersion"), Some(id), problem, fix);
+        return;
+    }
+    if kind.trim() != kind || kind.is_empty() {
+        c.error(
+            path,
+            Some(id),
+            format!("kind {kind:?} is not a kind's name"),
+            format!("write `{}`", kind.trim()),
+        );
+        return;
+    }
     if let Err(kinds) = check_builtin_kind(api_version, kind) {
         let close = kinds
             .iter()

@@ -327,6 +327,26 @@ fn fingerprint(spec: &RuleSpec) -> String {
 }
 
 fn check_watch(c: &mut Compiler<'_>, w: &WatchSpec) {
+    let spelt = if w.group.is_empty() {
+        w.version.clone()
+    } else {
+        format!("{}/{}", w.group, w.version)
+    };
+    if !w.version.is_empty()
+        && let Some(canonical) =
+            crate::schema::kinds::canonical_api_version(&spelt).filter(|c| *c != spelt)
+    {
+        let (group, version) = crate::schema::kinds::group_version(&canonical);
+        c.error(
+            "watch.group",
+            None,
+            format!(
+                "watch {:?} {:?} is not how the API server names the group and version",
+                w.group, w.version
+            ),
+            format!("write `group: {group:?}` and `version: {version}` (the core group is \"\")"),
+        );
+    }
     if w.version.is_empty() {
         c.error(
             "watch.version",
