@@ -49,7 +49,7 @@ test-long:
 ## fuzz/work/ (ignored); the committed seed corpus in fuzz/corpus/ stays small.
 fuzz:
 	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
-	cd fuzz && for t in rules_loader render; do \
+	cd fuzz && for t in rules_loader render convert_review rule_review; do \
 	  mkdir -p work/$$t && $(CARGO) +nightly fuzz run $$t work/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; \
 	done
 

@@ -223,7 +223,6 @@ pub async fn start(
                     policy,
                     client,
                     at_once: tokio::sync::Semaphore::new(serve::REVIEWS_AT_ONCE),
-                    converting: tokio::sync::Semaphore::new(serve::CONVERSIONS_AT_ONCE),
                     budget: budget::Budget::new(),
                 });
                 match tokio::net::TcpListener::from_std(listener) {

@@ -23,8 +23,6 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 /// review holds one object of at most etcd's 1.5 MiB, or a page of a list; 16 MiB takes a
 /// page of 500 objects of 32 KiB. A larger body is refused at once (413), unread.
 pub const MAX_CONVERT_BODY: usize = 16 * 1024 * 1024;
-/// Conversions under way at once (each off the async threads).
-pub const CONVERSIONS_AT_ONCE: usize = 2;
 
 /// The certificate served now.
 #[derive(Debug, Default)]
@@ -67,9 +65,8 @@ pub struct Reviewer {
     pub client: kube::Client,
     /// Reviews under way at once (each compiles a Rule of up to 1 MiB).
     pub at_once: tokio::sync::Semaphore,
-    /// Conversions under way at once.
-    pub converting: tokio::sync::Semaphore,
-    /// Connections and the bytes of bodies held at once.
+    /// Connections, the bytes of bodies held and the conversions under way, in all and
+    /// from one address.
     pub budget: Arc<super::budget::Budget>,
 }
 
@@ -102,21 +99,22 @@ pub async fn serve(
         };
         // Past the budget (in all, or from this address) the connection is closed at once:
         // the accept loop never waits, so a flood holds no place it did not get.
-        let Some(slot) = reviewer.budget.connect(peer.ip()) else {
+        let Some(conn) = reviewer.budget.connect(peer.ip()) else {
             tracing::debug!(source = %peer.ip(), "webhook connection refused: over budget");
             drop(tcp);
             continue;
         };
         let acceptor = acceptor.clone();
         let reviewer = reviewer.clone();
+        let conn = Arc::new(conn);
         tokio::spawn(async move {
-            let _slot = slot;
             let Ok(Ok(tls)) =
                 tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
             else {
                 return;
             };
-            let service = hyper::service::service_fn(move |req| handle(req, reviewer.clone()));
+            let service =
+                hyper::service::service_fn(move |req| handle(req, reviewer.clone(), conn.clone()));
             if let Err(e) = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(10))
@@ -142,6 +140,7 @@ fn reply(code: StatusCode, body: String) -> Response<Full<Bytes>> {
 async fn handle(
     req: Request<Incoming>,
     reviewer: Arc<Reviewer>,
+    conn: Arc<super::budget::Connection>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     let path = req.uri().path().to_string();
     if req.method() != hyper::Method::POST || (path != PATH && path != CONVERT_PATH) {
@@ -158,7 +157,7 @@ async fn handle(
         .headers()
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
-    let _bytes = match reviewer.budget.body(declared, limit).await {
+    let _bytes = match reviewer.budget.body(&conn, declared, limit).await {
         Ok(p) => p,
         Err(super::budget::Refused::TooLarge) => {
             return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, "{}".into()));
@@ -172,7 +171,7 @@ async fn handle(
         Err(_) => return Ok(reply(StatusCode::REQUEST_TIMEOUT, "{}".into())),
     };
     if path == CONVERT_PATH {
-        return Ok(convert_in_turn(body, &reviewer).await);
+        return Ok(convert_in_turn(body, &reviewer, &conn).await);
     }
     let Ok(review) = serde_json::from_slice::<serde_json::Value>(&body) else {
         return Ok(reply(StatusCode::BAD_REQUEST, "{}".into()));
@@ -192,9 +191,12 @@ fn busy() -> Response<Full<Bytes>> {
 }
 
 /// A conversion in its turn (429 if it does not come in time), off the async threads.
-async fn convert_in_turn(body: Bytes, reviewer: &Reviewer) -> Response<Full<Bytes>> {
-    let Ok(Ok(_turn)) = tokio::time::timeout(WAIT_FOR_TURN, reviewer.converting.acquire()).await
-    else {
+async fn convert_in_turn(
+    body: Bytes,
+    reviewer: &Reviewer,
+    conn: &super::budget::Connection,
+) -> Response<Full<Bytes>> {
+    let Ok(_turn) = reviewer.budget.conversion(conn).await else {
         return busy();
     };
     let served = reviewer.served.clone();
