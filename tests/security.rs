@@ -4,12 +4,15 @@
 //! her, and each is refused with its reason:
 //!
 //! - through ruleop's webhook: naming another team's account, naming none (ruleop's own
-//!   rights), copying a Secret into a ConfigMap, a Rule that watches Secrets, a
-//!   cluster-scoped child, a flood of Rules (none stored unchecked, the Lease kept);
+//!   rights), copying a Secret into a ConfigMap (its kind spelt any way), a Rule that
+//!   watches Secrets, a cluster-scoped child, a `schema` for a kind whose CRD she may not
+//!   update (GitOps' or a new one), relabelling an admin's Rule, a flood of Rules (none
+//!   stored unchecked, the Lease kept);
 //! - through the rule she may run: a child in namespace `team-b`, a name that would walk
 //!   the request path;
 //! - through the ValidatingAdmissionPolicies `deploy/` ships, with ruleop down: the
-//!   accounts again, and pinning her resource to a revision;
+//!   accounts, the `schema`s and the relabelling again, and pinning her resource to a
+//!   revision;
 //! - through `ruleop check --against-cluster --as alice`.
 //!
 //! And the audit log shows that ruleop made no request into `team-b`, none on Secrets but
@@ -45,6 +48,24 @@ spec:
           properties:
             spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
             status: {type: object, x-kubernetes-preserve-unknown-fields: true}
+---
+# Another team's kind, its CRD applied by GitOps (no rule of ruleop's makes it).
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.sec.example.com}
+spec:
+  group: sec.example.com
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
 ---
 apiVersion: v1
 kind: Namespace
@@ -330,6 +351,24 @@ async fn a_tenant_cannot_escalate_through_a_rule() {
         !ok && err.contains("alice may not impersonate ServiceAccount team-b/builder"),
         "{err}"
     );
+    // A `schema` has ruleop apply the kind's CRD (and convert its versions): it takes
+    // `update` on that CRD, for a kind whose CRD GitOps applied and for a new one alike.
+    for (resource, kind) in [("gadgets", "Gadget"), ("widgets", "Widget")] {
+        let serving = rule(
+            &format!("serves-{resource}"),
+            json!({"watch": {"group": "sec.example.com", "version": "v1", "resource": resource},
+                   "schema": {"kind": kind, "spec": {"text": "string"}}}),
+        );
+        let (ok, err) = apply_as(&kc, alice, &serving);
+        assert!(
+            !ok && err.contains(&format!(
+                "alice may not `update` customresourcedefinitions/{resource}.sec.example.com"
+            )),
+            "the webhook, {resource}: {err}"
+        );
+        let (ok, err) = dry_run_as(&kc, "alice", &serving);
+        assert!(!ok, "{err}");
+    }
     // Her own rule, as her own account: admitted, and it runs.
     let (ok, err) = apply_as(&kc, alice, &rule("notes", json!({})));
     assert!(ok, "alice's own rule: {err}");
@@ -593,6 +632,22 @@ async fn a_tenant_cannot_escalate_through_a_rule() {
             && err.contains("the Rule as it is runs as an account alice may not act as"),
         "{err}"
     );
+    // And on a `schema` she may not define the CRD of.
+    for resource in ["gadgets", "widgets"] {
+        let serving = rule(
+            &format!("serves-{resource}"),
+            json!({"watch": {"group": "sec.example.com", "version": "v1", "resource": resource},
+                   "schema": {"kind": "Thing", "spec": {"text": "string"}}}),
+        );
+        let (ok, err) = apply_as(&kc, alice, &serving);
+        assert!(
+            !ok && err.contains("ruleop-rule-authors")
+                && err.contains(&format!(
+                    "alice may not update customresourcedefinitions/{resource}.sec.example.com"
+                )),
+            "the policy, {resource}: {err}"
+        );
+    }
     // The policy gives the webhook's answer on the label and the annotation.
     let (ok, _, err) = relabel("alice", "ruleop.dev/installation=other");
     assert!(

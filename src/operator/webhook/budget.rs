@@ -10,15 +10,19 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The budget's sizes.
 #[derive(Debug, Clone, Copy)]
 pub struct Sizes {
-    /// Connections open at once, in all and from one address.
+    /// Connections served at once, in all and from one address.
     pub connections: usize,
     pub connections_per_source: usize,
+    /// Connections waiting for their turn, in all and from one address (past that, a new
+    /// connection is closed at once).
+    pub waiting: usize,
+    pub waiting_per_source: usize,
     /// Bytes of request bodies held at once (a body is read whole before it is parsed).
     pub bytes: usize,
     pub bytes_per_source: usize,
@@ -27,12 +31,17 @@ pub struct Sizes {
     pub conversions_per_source: usize,
 }
 
-/// The webhook's sizes: 64 connections, 16 from one address (the API server's replicas
-/// are a few addresses); 32 MiB of bodies, 16 MiB from one address (one ConversionReview
-/// of the largest size); 2 conversions, 1 from one address.
+/// The webhook's sizes. 128 connections served, 32 from one address, and as many again
+/// waiting their turn: the API server sends a burst of reviews from one address, each on
+/// a connection of its own, and a connection it cannot open is a review not made (with
+/// `failurePolicy: Ignore`, a Rule stored unchecked), so its connections wait rather than
+/// be closed. 32 MiB of bodies, 16 MiB from one address (one ConversionReview of the
+/// largest size); 2 conversions, 1 from one address.
 pub const SIZES: Sizes = Sizes {
-    connections: 64,
-    connections_per_source: 16,
+    connections: 128,
+    connections_per_source: 32,
+    waiting: 1024,
+    waiting_per_source: 64,
     bytes: 32 * 1024 * 1024,
     bytes_per_source: 16 * 1024 * 1024,
     conversions: 2,
@@ -42,12 +51,15 @@ pub const SIZES: Sizes = Sizes {
 /// How long a request waits for its bytes, or a conversion for its turn, before it is
 /// refused as busy (the API server waits 10 s for a conversion, 5 s for a review).
 pub const WAIT_FOR_TURN: Duration = Duration::from_secs(3);
+/// How long a connection waits to be served before it is closed.
+pub const WAIT_TO_SERVE: Duration = Duration::from_secs(5);
 
 /// The webhook's budget, shared by its connections.
 #[derive(Debug)]
 pub struct Budget {
     sizes: Sizes,
     connections: Arc<Semaphore>,
+    waiting: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
     conversions: Arc<Semaphore>,
     sources: Mutex<HashMap<IpAddr, Arc<Source>>>,
@@ -55,33 +67,68 @@ pub struct Budget {
 
 /// What one address holds.
 #[derive(Debug)]
-pub struct Source {
-    connections: Mutex<usize>,
+struct Source {
+    connections: Arc<Semaphore>,
+    waiting: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
     conversions: Arc<Semaphore>,
 }
 
-/// A connection within the budget: its place is given back when it is dropped.
+/// An address's place in the budget while it has a connection waiting or served: its
+/// record goes when its last one does.
 #[derive(Debug)]
-pub struct Connection {
+struct Ticket {
     budget: Arc<Budget>,
     source: IpAddr,
     state: Arc<Source>,
-    _slot: OwnedSemaphorePermit,
 }
 
-impl Drop for Connection {
+impl Drop for Ticket {
     fn drop(&mut self) {
-        let Ok(mut sources) = self.budget.sources.lock() else {
-            return;
-        };
-        let left = self.state.connections.lock().map_or(0, |mut n| {
-            *n = n.saturating_sub(1);
-            *n
-        });
-        if left == 0 {
+        if let Ok(mut sources) = self.budget.sources.lock()
+            && Arc::strong_count(&self.state) <= 2
+        {
             sources.remove(&self.source);
         }
+    }
+}
+
+/// A connection accepted and waiting its turn to be served.
+#[derive(Debug)]
+pub struct Waiting {
+    ticket: Ticket,
+    _places: [OwnedSemaphorePermit; 2],
+}
+
+/// A connection being served: its places are given back when it is dropped.
+#[derive(Debug)]
+pub struct Connection {
+    ticket: Ticket,
+    _places: [OwnedSemaphorePermit; 2],
+}
+
+impl Waiting {
+    /// Waits for a place to serve the connection (its address's, then one of all); None
+    /// when none comes within [`WAIT_TO_SERVE`] (the connection is closed).
+    pub async fn serve(self) -> Option<Connection> {
+        let until = Instant::now() + WAIT_TO_SERVE;
+        let left = || until.saturating_duration_since(Instant::now());
+        let state = &self.ticket.state;
+        let mine = tokio::time::timeout(left(), state.connections.clone().acquire_owned())
+            .await
+            .ok()?
+            .ok()?;
+        let all = tokio::time::timeout(
+            left(),
+            self.ticket.budget.connections.clone().acquire_owned(),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        Some(Connection {
+            ticket: self.ticket,
+            _places: [mine, all],
+        })
     }
 }
 
@@ -118,38 +165,40 @@ impl Budget {
         Arc::new(Budget {
             sizes,
             connections: Arc::new(Semaphore::new(sizes.connections)),
+            waiting: Arc::new(Semaphore::new(sizes.waiting)),
             bytes: Arc::new(Semaphore::new(permits(sizes.bytes))),
             conversions: Arc::new(Semaphore::new(sizes.conversions)),
             sources: Mutex::new(HashMap::new()),
         })
     }
 
-    /// A place for a connection from `source`, if one is free now (never waits: the accept
-    /// loop goes on, and a connection with no place is closed).
-    pub fn connect(self: &Arc<Self>, source: IpAddr) -> Option<Connection> {
-        let slot = self.connections.clone().try_acquire_owned().ok()?;
+    /// A place to wait for a connection from `source`, if one is free now (never waits:
+    /// the accept loop goes on, and a connection with no place is closed at once).
+    pub fn arrive(self: &Arc<Self>, source: IpAddr) -> Option<Waiting> {
+        let all = self.waiting.clone().try_acquire_owned().ok()?;
         let mut sources = self.sources.lock().ok()?;
+        let sizes = self.sizes;
         let state = sources
             .entry(source)
             .or_insert_with(|| {
                 Arc::new(Source {
-                    connections: Mutex::new(0),
-                    bytes: Arc::new(Semaphore::new(permits(self.sizes.bytes_per_source))),
-                    conversions: Arc::new(Semaphore::new(self.sizes.conversions_per_source)),
+                    connections: Arc::new(Semaphore::new(sizes.connections_per_source)),
+                    waiting: Arc::new(Semaphore::new(sizes.waiting_per_source)),
+                    bytes: Arc::new(Semaphore::new(permits(sizes.bytes_per_source))),
+                    conversions: Arc::new(Semaphore::new(sizes.conversions_per_source)),
                 })
             })
             .clone();
-        let mut n = state.connections.lock().ok()?;
-        if *n >= self.sizes.connections_per_source {
-            return None;
-        }
-        *n += 1;
-        drop(n);
-        Some(Connection {
+        drop(sources);
+        let ticket = Ticket {
             budget: self.clone(),
             source,
             state,
-            _slot: slot,
+        };
+        let mine = ticket.state.waiting.clone().try_acquire_owned().ok()?;
+        Some(Waiting {
+            ticket,
+            _places: [mine, all],
         })
     }
 
@@ -166,16 +215,22 @@ impl Budget {
             return Err(Refused::TooLarge);
         }
         let want = u32::try_from(want.max(1)).map_err(|_| Refused::TooLarge)?;
-        let mine = take(&from.state.bytes, want).await?;
+        let mine = take(&from.ticket.state.bytes, want).await?;
         let all = take(&self.bytes, want).await?;
         Ok(Held(vec![mine, all]))
     }
 
     /// A turn to convert, from the address's share and then from all.
     pub async fn conversion(&self, from: &Connection) -> Result<Held, Refused> {
-        let mine = take(&from.state.conversions, 1).await?;
+        let mine = take(&from.ticket.state.conversions, 1).await?;
         let all = take(&self.conversions, 1).await?;
         Ok(Held(vec![mine, all]))
+    }
+
+    /// Addresses with a connection waiting or served.
+    #[cfg(test)]
+    fn sources(&self) -> usize {
+        self.sources.lock().map_or(0, |s| s.len())
     }
 }
 
@@ -185,8 +240,10 @@ mod tests {
 
     fn small() -> Arc<Budget> {
         Budget::sized(Sizes {
-            connections: 4,
+            connections: 3,
             connections_per_source: 2,
+            waiting: 5,
+            waiting_per_source: 1,
             bytes: 150,
             bytes_per_source: 100,
             conversions: 2,
@@ -197,40 +254,48 @@ mod tests {
     #[tokio::test]
     async fn one_source_takes_its_share_and_leaves_the_rest_to_the_others() {
         let b = small();
-        let (a, c) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        let first = b.connect(a).unwrap();
-        let second = b.connect(a).unwrap();
-        assert!(b.connect(a).is_none(), "a source past its share is closed");
-        let third = b.connect(c).unwrap();
-        let _fourth = b.connect(c).unwrap();
+        let (a, c): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let first = b.arrive(a).unwrap().serve().await.unwrap();
+        let second = b.arrive(a).unwrap().serve().await.unwrap();
+        // A third from `a` waits (its share is served), and is closed when no place comes.
+        let third = b.arrive(a).unwrap();
         assert!(
-            b.connect("10.0.0.3".parse().unwrap()).is_none(),
-            "all taken"
+            b.arrive(a).is_none(),
+            "past its share of waiting: closed at once"
         );
+        assert!(third.serve().await.is_none(), "no place came in time");
+        // Another address is served beside it.
+        let other = b.arrive(c).unwrap().serve().await.unwrap();
 
         assert_eq!(
             b.body(&first, Some(101), 1000).await.unwrap_err(),
             Refused::TooLarge
         );
-        // The flooding source holds its whole share; another still has room.
+        // The flooding address holds its whole share of bytes; the other still has room.
         let held = b.body(&first, Some(100), 1000).await.unwrap();
-        let started = std::time::Instant::now();
         assert_eq!(
             b.body(&second, Some(30), 1000).await.unwrap_err(),
             Refused::Busy
         );
-        assert!(started.elapsed() >= WAIT_FOR_TURN);
-        let theirs = b.body(&third, Some(50), 1000).await.unwrap();
-        // One conversion per source, two in all.
+        let theirs = b.body(&other, Some(50), 1000).await.unwrap();
+        // One conversion per address, two in all.
         let turn = b.conversion(&first).await.unwrap();
         assert_eq!(b.conversion(&second).await.unwrap_err(), Refused::Busy);
-        let other_turn = b.conversion(&third).await.unwrap();
+        let other_turn = b.conversion(&other).await.unwrap();
         drop((held, theirs, turn, other_turn));
+        // A connection waiting is served once one is given back.
+        let waiting = b.arrive(a).unwrap();
         drop(first);
-        assert!(b.connect(a).is_some(), "a place given back is taken again");
+        let again = waiting.serve().await.unwrap();
         assert!(
-            b.body(&second, None, 100).await.is_ok(),
+            b.body(&again, None, 100).await.is_ok(),
             "no length: the largest allowed"
+        );
+        drop((again, second, other));
+        assert_eq!(
+            b.sources(),
+            0,
+            "an address's record goes with its last connection"
         );
     }
 }

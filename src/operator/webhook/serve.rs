@@ -97,17 +97,21 @@ pub async fn serve(
         let Ok((tcp, peer)) = listener.accept().await else {
             continue;
         };
-        // Past the budget (in all, or from this address) the connection is closed at once:
-        // the accept loop never waits, so a flood holds no place it did not get.
-        let Some(conn) = reviewer.budget.connect(peer.ip()) else {
-            tracing::debug!(source = %peer.ip(), "webhook connection refused: over budget");
+        // Each connection waits for its place (its address's share, then one of all);
+        // past the places to wait in, it is closed at once. The accept loop never waits.
+        let Some(waiting) = reviewer.budget.arrive(peer.ip()) else {
+            tracing::debug!(source = %peer.ip(), "webhook connection closed: too many waiting");
             drop(tcp);
             continue;
         };
         let acceptor = acceptor.clone();
         let reviewer = reviewer.clone();
-        let conn = Arc::new(conn);
         tokio::spawn(async move {
+            let Some(conn) = waiting.serve().await else {
+                tracing::debug!(source = %peer.ip(), "webhook connection closed: no place in time");
+                return;
+            };
+            let conn = Arc::new(conn);
             let Ok(Ok(tls)) =
                 tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
             else {
