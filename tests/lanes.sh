@@ -23,7 +23,7 @@ mkdir -p "$logs"
 
 offline="lib main cli formats layout kstatus monitoring ruletest refs dockerfile conversion"
 alone="origin production operator"
-heavy_a="rollout churn_rules helm identity guard"
+heavy_a="rollout churn_rules helm identity guard budget"
 heavy_b="churn faults leadership image security"
 
 # name=path of each test executable, as cargo lists them.
