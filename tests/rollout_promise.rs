@@ -423,3 +423,121 @@ async fn a_pin_holds_its_resource_until_the_rule_disables_pins() {
     let _ = kubectl(&["delete", "rule", &name], None);
     common::delete_namespace(&ns);
 }
+
+/// Whether a log record of ruleop's was made within a reconcile at `revision`.
+fn at_revision(record: &Value, revision: i64) -> bool {
+    let span_at = |s: &Value| s["name"] == "reconcile" && s["revision"] == revision;
+    span_at(&record["span"])
+        || record["spans"]
+            .as_array()
+            .is_some_and(|spans| spans.iter().any(span_at))
+}
+
+/// An aborted revision stays aborted: revision 2 paused on its canary and was aborted,
+/// revision 1's spec applied again (renumbered 3) rolled out to Complete; then ruleop is
+/// restarted (as a failover would start a new leader), once as it was and once with the
+/// Rule's `status.rollout` gone. No resource is ever reconciled at revision 2 again, in
+/// ruleop's log or the resources' status: how each rollout ended is kept on its revision.
+#[tokio::test]
+async fn an_aborted_revision_stays_aborted_across_a_restart() {
+    let n = 4;
+    let client = common::client().await;
+    install_crds(&[RULE_CRD, SITES_CRD]);
+    let ns = common::namespace(&client, "aborted").await;
+    let name = format!("site-{ns}");
+    let mut op = operator(&ns);
+    let mut one = website_rule(&name, &ns);
+    one["spec"]["rollout"] = json!({"steps": [{"resources": 1}], "waitReady": "1m"});
+    apply(&one);
+    websites(&ns, n);
+    all_ready_on(&ns, n, 1).await;
+    // Revision 2's Deployments are refused by the API server: the canary pauses it.
+    let mut two = one.clone();
+    two["spec"]["children"][0]["template"]["spec"]["template"]["spec"]["restartPolicy"] =
+        json!("Never");
+    apply(&two);
+    eventually(LONG, "revision 2 paused at the canary", || async {
+        let ro = rollout_of(&name);
+        (ro["revision"] == 2 && ro["phase"] == "Paused").then_some(())
+    })
+    .await;
+    kubectl_ok(
+        &[
+            "annotate",
+            "rule",
+            &name,
+            "ruleop.dev/rollout=abort",
+            "--overwrite",
+        ],
+        None,
+    );
+    eventually(LONG, "revision 2 aborted", || async {
+        let ro = rollout_of(&name);
+        (ro["revision"] == 2 && ro["phase"] == "RolledBack").then_some(())
+    })
+    .await;
+    all_ready_on(&ns, n, 1).await;
+    // Revision 1's spec again: renumbered 3, rolled out to the end.
+    apply(&one);
+    eventually(LONG, "revision 3 complete", || async {
+        let ro = rollout_of(&name);
+        (ro["revision"] == 3 && ro["phase"] == "Complete").then_some(())
+    })
+    .await;
+    all_ready_on(&ns, n, 3).await;
+    // Restarted, then restarted with the Rule's `status.rollout` gone (as a restore
+    // from a backup, or a status written over, leaves it): nothing is reconciled at
+    // revision 2 meanwhile or after.
+    for round in 0..2 {
+        op.kill();
+        if round == 1 {
+            kubectl_ok(
+                &[
+                    "patch",
+                    "rule",
+                    &name,
+                    "--subresource=status",
+                    "--type=json",
+                    "-p",
+                    r#"[{"op": "remove", "path": "/status/rollout"}]"#,
+                ],
+                None,
+            );
+        }
+        op = operator(&ns);
+        let mut watched = 0;
+        let until = std::time::Instant::now() + Duration::from_secs(15);
+        while std::time::Instant::now() < until {
+            for w in list("websites", &ns) {
+                assert_ne!(
+                    w["status"]["ruleRevision"],
+                    2,
+                    "restart {round}: {} is on the aborted revision",
+                    name_of(&w)
+                );
+                watched += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        assert!(watched > 0);
+        let at_two: Vec<Value> = op
+            .records()
+            .into_iter()
+            .filter(|r| at_revision(r, 2))
+            .collect();
+        assert!(
+            at_two.is_empty(),
+            "restart {round}: reconciled at the aborted revision: {:?}",
+            &at_two[..at_two.len().min(3)]
+        );
+        let ro = rollout_of(&name);
+        assert!(
+            ro.is_null() || (ro["revision"] == 3 && ro["phase"] == "Complete"),
+            "restart {round}: {ro}"
+        );
+    }
+    all_ready_on(&ns, n, 3).await;
+    drop(op);
+    let _ = kubectl(&["delete", "rule", &name], None);
+    common::delete_namespace(&ns);
+}

@@ -9,12 +9,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The label naming a revision's rule.
 pub const RULE_LABEL: &str = "ruleop.dev/rule";
 /// The annotation holding a revision's fingerprint (the rule's, as compiled).
 pub const FINGERPRINT: &str = "ruleop.dev/fingerprint";
+/// The Rule's annotation listing its revisions whose rollout was rolled back (aborted, or
+/// failed with `onFailure: Rollback`), as `2,5`: kept on the Rule's metadata, so that what
+/// a rollout decided outlives the Rule's status (a restore from a backup, a status written
+/// over) and a new leader reads it back before it reconciles anything. (A revision's
+/// ControllerRevision cannot carry it: the API server refuses any change to one.)
+pub const ROLLED_BACK: &str = "ruleop.dev/rolled-back";
+/// How many rolled-back revisions the annotation keeps (the newest).
+const ROLLED_BACK_KEPT: usize = 16;
 
 /// One revision of a Rule.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,6 +55,72 @@ fn revision_of(cr: &ControllerRevision) -> Revision {
             .map(|d| d.0["spec"].clone())
             .unwrap_or_default(),
     }
+}
+
+impl History {
+    /// The revision the resources are on when no rollout says otherwise: the newest kept
+    /// before the current one that was not rolled back (an aborted revision is never one
+    /// to roll from: no resource is to be put back on it).
+    pub fn previous(&self, rolled_back: &BTreeSet<i64>) -> Option<i64> {
+        self.kept
+            .keys()
+            .copied()
+            .filter(|n| *n < self.current && !rolled_back.contains(n))
+            .max()
+    }
+}
+
+/// The revisions [`ROLLED_BACK`] lists.
+pub fn parse_rolled_back(annotation: Option<&str>) -> BTreeSet<i64> {
+    annotation
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect()
+}
+
+fn rules_api(client: &kube::Client) -> Api<kube::api::DynamicObject> {
+    Api::all_with(client.clone(), &crate::operator::objects::resource())
+}
+
+/// The revisions of Rule `name` whose rollout was rolled back, as the Rule says now.
+pub async fn rolled_back(client: &kube::Client, name: &str) -> Result<BTreeSet<i64>, kube::Error> {
+    let rule = rules_api(client).get_opt(name).await?;
+    let annotations = rule.as_ref().and_then(|r| r.metadata.annotations.as_ref());
+    Ok(parse_rolled_back(
+        annotations
+            .and_then(|a| a.get(ROLLED_BACK))
+            .map(String::as_str),
+    ))
+}
+
+/// Adds revision `number` to the rolled-back ones of Rule `name` (the newest few kept).
+pub async fn mark_rolled_back(
+    client: &kube::Client,
+    name: &str,
+    number: i64,
+) -> Result<(), kube::Error> {
+    let mut all = rolled_back(client, name).await?;
+    if !all.insert(number) {
+        return Ok(());
+    }
+    let value = all
+        .iter()
+        .rev()
+        .take(ROLLED_BACK_KEPT)
+        .rev()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let patch = serde_json::json!({"metadata": {"annotations": {ROLLED_BACK: value}}});
+    rules_api(client)
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .map(|_| ())
 }
 
 fn owned_by(cr: &ControllerRevision, uid: &str) -> bool {
@@ -222,4 +296,25 @@ async fn delete_exactly(
         ..DeleteParams::default()
     };
     api.delete(&name, &dp).await.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_previous_revision_is_never_one_rolled_back() {
+        let rev = |number| Revision {
+            number,
+            fingerprint: String::new(),
+            spec: Value::Null,
+        };
+        let h = History {
+            current: 3,
+            kept: [(1, rev(1)), (2, rev(2)), (3, rev(3))].into(),
+        };
+        assert_eq!(h.previous(&BTreeSet::new()), Some(2));
+        assert_eq!(h.previous(&parse_rolled_back(Some("2"))), Some(1));
+        assert_eq!(h.previous(&parse_rolled_back(Some("1, 2,x"))), None);
+    }
 }

@@ -131,14 +131,15 @@ impl kube::runtime::utils::Backoff for BriefPause {
     fn reset(&mut self) {}
 }
 
-/// The revisions of a Rule object's rule, its own recorded; retried until it is, or the
-/// rule is stopped (None).
+/// The revisions of a Rule object's rule, its own recorded, and those whose rollout was
+/// rolled back (read from the Rule itself: what a rollout decided, before anything is
+/// reconciled); retried until both are known, or the rule is stopped (None).
 async fn recorded(
     client: &Client,
     opts: &Options,
     rule: &CompiledRule,
     stop: &watch::Receiver<bool>,
-) -> Option<super::revisions::History> {
+) -> Option<(super::revisions::History, std::collections::BTreeSet<i64>)> {
     // A rollout's revisions are kept whatever the history limit: its previous one, and its
     // new one (the previous one of the rollout this edit starts).
     let keep: Vec<i64> = saved_rollout(rule, opts)
@@ -148,8 +149,13 @@ async fn recorded(
         .flatten()
         .collect();
     loop {
-        match super::revisions::ensure(client, &opts.state_namespace, rule, &keep).await {
-            Ok(h) => return Some(h),
+        let read = async {
+            let h = super::revisions::ensure(client, &opts.state_namespace, rule, &keep).await?;
+            let rolled_back = super::revisions::rolled_back(client, &rule.name).await?;
+            Ok::<_, kube::Error>((h, rolled_back))
+        };
+        match read.await {
+            Ok(got) => return Some(got),
             Err(e) => {
                 tracing::warn!(error = %e, namespace = %opts.state_namespace, "the Rule's revisions cannot be read or recorded (ControllerRevisions in the operator's namespace); retrying")
             }
@@ -345,12 +351,12 @@ async fn run(
         Retire::Never => PruneFrom::Never,
     };
     // A Rule object's spec is a revision: found, or recorded as the next one.
-    let history = match rule.object {
+    let (history, rolled_back) = match rule.object {
         Some(_) => match recorded(&own, &opts, &rule, &stop).await {
-            Some(h) => Some(h),
+            Some((h, rolled_back)) => (Some(h), rolled_back),
             None => return,
         },
-        None => None,
+        None => (None, std::collections::BTreeSet::new()),
     };
     let revision = history.as_ref().map(|h| h.current);
     if let Some(r) = revision {
@@ -360,7 +366,7 @@ async fn run(
     // and where the rollout stands.
     let progress = history.as_ref().and_then(|h| {
         let saved = crate::rollout::Progress::from_status(saved_rollout(&rule, &opts).as_ref());
-        let previous = h.kept.keys().copied().filter(|n| *n < h.current).max();
+        let previous = h.previous(&rolled_back);
         crate::rollout::start(saved, h.current, previous, rule.rollout.as_ref(), now())
     });
     if progress.is_none() {

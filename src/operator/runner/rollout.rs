@@ -133,6 +133,11 @@ impl Driver {
     async fn set(&self, prev: &Progress, next: Progress) -> bool {
         let moved =
             (prev.phase, prev.step, prev.threshold) != (next.phase, next.step, next.threshold);
+        // A rollback goes on the Rule's metadata first: read back before anything is
+        // reconciled, whatever becomes of the Rule's status.
+        if prev.phase != next.phase && !self.mark(&next).await {
+            return false;
+        }
         if !self.record(&next).await {
             return false;
         }
@@ -178,6 +183,23 @@ impl Driver {
             return false;
         }
         true
+    }
+
+    /// Marks a rolled-back revision on the Rule (read back before anything is reconciled
+    /// after a restart); false when it could not (tried again on the next look).
+    async fn mark(&self, p: &Progress) -> bool {
+        if p.phase != Phase::RolledBack {
+            return true;
+        }
+        let marked =
+            crate::operator::revisions::mark_rolled_back(&self.client, &self.rule, p.revision);
+        match marked.await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, revision = p.revision, "the rolled-back revision could not be marked on the Rule; trying again");
+                false
+            }
+        }
     }
 
     /// What the Rule's status says of the rollout now.
