@@ -5,7 +5,7 @@
 //! conversion webhook keys a kind's conversion by its group and kind: a rule that could
 //! claim a kind by another resource name would convert another team's objects.
 
-use super::CompiledRule;
+use super::compile::CompiledRule;
 use std::collections::HashMap;
 use std::fmt;
 
@@ -102,45 +102,5 @@ pub fn describe(rule: &CompiledRule, on: Option<&Claim>) -> String {
     match on {
         None | Some(Claim::Resource { .. }) => watch,
         Some(other) => format!("{watch} ({other})"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::rules::testing::rule;
-
-    const SCHEMA: &str = "schema:\n  kind: WebSite\n  spec:\n    image: string\n";
-
-    fn with_watch(name: &str, resource: &str, schema: bool) -> std::sync::Arc<CompiledRule> {
-        let text = format!(
-            "name: {name}\nwatch: {{group: sre.example.com, version: v1, resource: {resource}}}\n{}",
-            if schema { SCHEMA } else { "" }
-        );
-        rule(&text)
-    }
-
-    #[test]
-    fn two_rules_naming_one_kind_by_its_resource_or_its_kind_are_one_group() {
-        let website = with_watch("website", "websites", true);
-        let tenant = with_watch("zzz", "zzsites", true);
-        let other = with_watch("other", "others", false);
-        let again = with_watch("again", "websites", false);
-        let on = shared(&claims(&tenant), &claims(&website)).cloned();
-        assert_eq!(
-            on,
-            Some(Claim::Kind {
-                group: "sre.example.com".into(),
-                kind: "website".into()
-            })
-        );
-        assert!(describe(&tenant, on.as_ref()).contains("the kind website of sre.example.com"));
-        let groups = groups(&[website.clone(), other.clone(), tenant, again]);
-        let names: Vec<Vec<&str>> = groups
-            .iter()
-            .map(|g| g.iter().map(|r| r.name.as_str()).collect())
-            .collect();
-        assert_eq!(names, vec![vec!["website", "zzz", "again"], vec!["other"]]);
-        assert!(shared(&claims(&other), &claims(&website)).is_none());
     }
 }

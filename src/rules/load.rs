@@ -390,3 +390,64 @@ mod fuzz_regressions {
         assert!(errors.len() < 10, "{} errors", errors.len());
     }
 }
+
+/// The record of which kind a rule serves ([`super::claims`]), on rules as loaded.
+#[cfg(test)]
+mod claims_tests {
+    use super::super::claims::*;
+    use super::super::compile::CompiledRule;
+
+    fn rule(text: &str) -> std::sync::Arc<CompiledRule> {
+        let (mut rules, errors) = super::load_str(text, std::path::Path::new("test.yaml"));
+        assert!(errors.is_empty(), "{errors:?}");
+        rules.remove(0)
+    }
+
+    const SCHEMA: &str = "schema:\n  kind: WebSite\n  spec:\n    image: string\n";
+
+    fn with_watch(name: &str, resource: &str, schema: bool) -> std::sync::Arc<CompiledRule> {
+        let text = format!(
+            "name: {name}\nwatch: {{group: sre.example.com, version: v1, resource: {resource}}}\n{}",
+            if schema { SCHEMA } else { "" }
+        );
+        rule(&text)
+    }
+
+    #[test]
+    fn two_rules_naming_one_kind_by_its_resource_or_its_kind_are_one_group() {
+        let website = with_watch("website", "websites", true);
+        let tenant = with_watch("zzz", "zzsites", true);
+        let other = with_watch("other", "others", false);
+        let again = with_watch("again", "websites", false);
+        let on = shared(&claims(&tenant), &claims(&website)).cloned();
+        assert_eq!(
+            on,
+            Some(Claim::Kind {
+                group: "sre.example.com".into(),
+                kind: "website".into()
+            })
+        );
+        assert!(describe(&tenant, on.as_ref()).contains("the kind website of sre.example.com"));
+        let groups = groups(&[website.clone(), other.clone(), tenant, again]);
+        let names: Vec<Vec<&str>> = groups
+            .iter()
+            .map(|g| g.iter().map(|r| r.name.as_str()).collect())
+            .collect();
+        assert_eq!(names, vec![vec!["website", "zzz", "again"], vec!["other"]]);
+        assert!(shared(&claims(&other), &claims(&website)).is_none());
+    }
+
+    #[test]
+    fn check_refuses_a_second_rule_naming_a_kind_by_another_resource() {
+        let (kept, errors) = super::dedupe(vec![
+            with_watch("website", "websites", true),
+            with_watch("zzz", "zzsites", true),
+        ]);
+        assert_eq!(kept.len(), 1);
+        let m = errors[0].to_string();
+        assert!(
+            m.contains("rule `zzz` watches sre.example.com/v1 zzsites (the kind website of sre.example.com), which rule `website`"),
+            "{m}"
+        );
+    }
+}
