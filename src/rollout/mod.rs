@@ -389,6 +389,20 @@ fn fail(mut next: Progress, rollout: &Rollout, failed: Vec<String>, why: &str) -
     next
 }
 
+/// `p` as a rollout rolled back before (its revision is listed as rolled back on the Rule,
+/// whatever its status says now): every resource on `from`, and nothing moves again.
+pub fn rolled_back(mut p: Progress) -> Progress {
+    if p.phase != Phase::RolledBack {
+        p.phase = Phase::RolledBack;
+        p.superseded.clear();
+        p.message = format!(
+            "revision {} was rolled back (ruleop.dev/rolled-back on the Rule): every resource is on revision {}",
+            p.revision, p.from
+        );
+    }
+    p
+}
+
 /// What `ruleop.dev/rollout` on the Rule asks: `resume` a paused rollout (its step
 /// again, from now) or `abort` it (every resource back on the previous revision).
 pub fn act(p: &Progress, action: &str, now: Timestamp) -> Option<Progress> {

@@ -367,7 +367,12 @@ async fn run(
     let progress = history.as_ref().and_then(|h| {
         let saved = crate::rollout::Progress::from_status(saved_rollout(&rule, &opts).as_ref());
         let previous = h.previous(&rolled_back);
-        crate::rollout::start(saved, h.current, previous, rule.rollout.as_ref(), now())
+        let p = crate::rollout::start(saved, h.current, previous, rule.rollout.as_ref(), now());
+        // The current revision was rolled back once (its status since lost): it stays so.
+        p.map(|p| match rolled_back.contains(&h.current) {
+            true => crate::rollout::rolled_back(p),
+            false => p,
+        })
     });
     if progress.is_none() {
         info.set_rollout(None);

@@ -29,23 +29,29 @@ pub struct Sizes {
     /// Conversions under way at once (each parses and writes up to a body's size).
     pub conversions: usize,
     pub conversions_per_source: usize,
+    /// Rule reviews under way at once (each compiles a Rule of up to 1 MiB and asks the
+    /// API server its author's rights).
+    pub reviews: usize,
+    pub reviews_per_source: usize,
 }
 
 /// The webhook's sizes. 128 connections served, 32 from one address, and as many again
 /// waiting their turn: the API server sends a burst of reviews from one address, each on
 /// a connection of its own, and a connection it cannot open is a review not made (with
 /// `failurePolicy: Ignore`, a Rule stored unchecked), so its connections wait rather than
-/// be closed. 32 MiB of bodies, 16 MiB from one address (one ConversionReview of the
-/// largest size); 2 conversions, 1 from one address.
+/// be closed. 40 MiB of bodies, 16 MiB from one address (one ConversionReview of the
+/// largest size); 3 conversions, 1 from one address; 6 reviews, 3 from one address.
 pub const SIZES: Sizes = Sizes {
     connections: 128,
     connections_per_source: 32,
     waiting: 1024,
     waiting_per_source: 64,
-    bytes: 32 * 1024 * 1024,
+    bytes: 40 * 1024 * 1024,
     bytes_per_source: 16 * 1024 * 1024,
-    conversions: 2,
+    conversions: 3,
     conversions_per_source: 1,
+    reviews: 6,
+    reviews_per_source: 3,
 };
 
 /// How long a request waits for its bytes, or a conversion for its turn, before it is
@@ -62,6 +68,7 @@ pub struct Budget {
     waiting: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
     conversions: Arc<Semaphore>,
+    reviews: Arc<Semaphore>,
     sources: Mutex<HashMap<IpAddr, Arc<Source>>>,
 }
 
@@ -72,6 +79,7 @@ struct Source {
     waiting: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
     conversions: Arc<Semaphore>,
+    reviews: Arc<Semaphore>,
 }
 
 /// An address's place in the budget while it has a connection waiting or served: its
@@ -80,13 +88,27 @@ struct Source {
 struct Ticket {
     budget: Arc<Budget>,
     source: IpAddr,
-    state: Arc<Source>,
+    state: Option<Arc<Source>>,
+}
+
+impl Ticket {
+    fn state(&self) -> &Source {
+        self.state
+            .as_deref()
+            .expect("a ticket holds its source until dropped")
+    }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if let Ok(mut sources) = self.budget.sources.lock()
-            && Arc::strong_count(&self.state) <= 2
+        // Its own hold let go under the lock: the last one out sees the map's alone.
+        let Ok(mut sources) = self.budget.sources.lock() else {
+            return;
+        };
+        drop(self.state.take());
+        if sources
+            .get(&self.source)
+            .is_some_and(|s| Arc::strong_count(s) == 1)
         {
             sources.remove(&self.source);
         }
@@ -113,7 +135,7 @@ impl Waiting {
     pub async fn serve(self) -> Option<Connection> {
         let until = Instant::now() + WAIT_TO_SERVE;
         let left = || until.saturating_duration_since(Instant::now());
-        let state = &self.ticket.state;
+        let state = self.ticket.state();
         let mine = tokio::time::timeout(left(), state.connections.clone().acquire_owned())
             .await
             .ok()?
@@ -168,6 +190,7 @@ impl Budget {
             waiting: Arc::new(Semaphore::new(sizes.waiting)),
             bytes: Arc::new(Semaphore::new(permits(sizes.bytes))),
             conversions: Arc::new(Semaphore::new(sizes.conversions)),
+            reviews: Arc::new(Semaphore::new(sizes.reviews)),
             sources: Mutex::new(HashMap::new()),
         })
     }
@@ -186,6 +209,7 @@ impl Budget {
                     waiting: Arc::new(Semaphore::new(sizes.waiting_per_source)),
                     bytes: Arc::new(Semaphore::new(permits(sizes.bytes_per_source))),
                     conversions: Arc::new(Semaphore::new(sizes.conversions_per_source)),
+                    reviews: Arc::new(Semaphore::new(sizes.reviews_per_source)),
                 })
             })
             .clone();
@@ -193,9 +217,9 @@ impl Budget {
         let ticket = Ticket {
             budget: self.clone(),
             source,
-            state,
+            state: Some(state),
         };
-        let mine = ticket.state.waiting.clone().try_acquire_owned().ok()?;
+        let mine = ticket.state().waiting.clone().try_acquire_owned().ok()?;
         Some(Waiting {
             ticket,
             _places: [mine, all],
@@ -215,15 +239,22 @@ impl Budget {
             return Err(Refused::TooLarge);
         }
         let want = u32::try_from(want.max(1)).map_err(|_| Refused::TooLarge)?;
-        let mine = take(&from.ticket.state.bytes, want).await?;
+        let mine = take(&from.ticket.state().bytes, want).await?;
         let all = take(&self.bytes, want).await?;
         Ok(Held(vec![mine, all]))
     }
 
     /// A turn to convert, from the address's share and then from all.
     pub async fn conversion(&self, from: &Connection) -> Result<Held, Refused> {
-        let mine = take(&from.ticket.state.conversions, 1).await?;
+        let mine = take(&from.ticket.state().conversions, 1).await?;
         let all = take(&self.conversions, 1).await?;
+        Ok(Held(vec![mine, all]))
+    }
+
+    /// A turn to review a Rule, from the address's share and then from all.
+    pub async fn review(&self, from: &Connection) -> Result<Held, Refused> {
+        let mine = take(&from.ticket.state().reviews, 1).await?;
+        let all = take(&self.reviews, 1).await?;
         Ok(Held(vec![mine, all]))
     }
 
@@ -248,6 +279,8 @@ mod tests {
             bytes_per_source: 100,
             conversions: 2,
             conversions_per_source: 1,
+            reviews: 2,
+            reviews_per_source: 1,
         })
     }
 
@@ -282,7 +315,11 @@ mod tests {
         let turn = b.conversion(&first).await.unwrap();
         assert_eq!(b.conversion(&second).await.unwrap_err(), Refused::Busy);
         let other_turn = b.conversion(&other).await.unwrap();
-        drop((held, theirs, turn, other_turn));
+        // Reviews likewise: one address cannot hold them all.
+        let review = b.review(&first).await.unwrap();
+        assert_eq!(b.review(&second).await.unwrap_err(), Refused::Busy);
+        let other_review = b.review(&other).await.unwrap();
+        drop((held, theirs, turn, other_turn, review, other_review));
         // A connection waiting is served once one is given back.
         let waiting = b.arrive(a).unwrap();
         drop(first);

@@ -222,7 +222,6 @@ pub async fn start(
                     served,
                     policy,
                     client,
-                    at_once: tokio::sync::Semaphore::new(serve::REVIEWS_AT_ONCE),
                     budget: budget::Budget::new(),
                 });
                 match tokio::net::TcpListener::from_std(listener) {

@@ -63,18 +63,13 @@ pub struct Reviewer {
     pub served: Arc<super::review::Served>,
     pub policy: crate::rules::policy::Policy,
     pub client: kube::Client,
-    /// Reviews under way at once (each compiles a Rule of up to 1 MiB).
-    pub at_once: tokio::sync::Semaphore,
     /// Connections, the bytes of bodies held and the conversions under way, in all and
     /// from one address.
     pub budget: Arc<super::budget::Budget>,
 }
 
-/// Reviews compiling at once.
-pub const REVIEWS_AT_ONCE: usize = 4;
 /// How long a request's body may take to arrive.
 const READ_BODY: Duration = Duration::from_secs(5);
-use super::budget::WAIT_FOR_TURN;
 
 /// Serves until the task is dropped.
 pub async fn serve(
@@ -161,7 +156,7 @@ async fn handle(
         .headers()
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
-    let _bytes = match reviewer.budget.body(&conn, declared, limit).await {
+    let bytes = match reviewer.budget.body(&conn, declared, limit).await {
         Ok(p) => p,
         Err(super::budget::Refused::TooLarge) => {
             return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, "{}".into()));
@@ -175,12 +170,14 @@ async fn handle(
         Err(_) => return Ok(reply(StatusCode::REQUEST_TIMEOUT, "{}".into())),
     };
     if path == CONVERT_PATH {
-        return Ok(convert_in_turn(body, &reviewer, &conn).await);
+        return Ok(convert_in_turn(body, bytes, &reviewer, &conn).await);
     }
     let Ok(review) = serde_json::from_slice::<serde_json::Value>(&body) else {
         return Ok(reply(StatusCode::BAD_REQUEST, "{}".into()));
     };
-    let answer = review_one(&review, &reviewer).await;
+    drop(body);
+    let answer = review_one(&review, &reviewer, &conn).await;
+    drop(bytes);
     Ok(reply(StatusCode::OK, answer.to_string()))
 }
 
@@ -197,14 +194,21 @@ fn busy() -> Response<Full<Bytes>> {
 /// A conversion in its turn (429 if it does not come in time), off the async threads.
 async fn convert_in_turn(
     body: Bytes,
+    bytes: super::budget::Held,
     reviewer: &Reviewer,
     conn: &super::budget::Connection,
 ) -> Response<Full<Bytes>> {
-    let Ok(_turn) = reviewer.budget.conversion(conn).await else {
+    let Ok(turn) = reviewer.budget.conversion(conn).await else {
         return busy();
     };
     let served = reviewer.served.clone();
-    match tokio::task::spawn_blocking(move || convert(&body, &served)).await {
+    // The turn and the bytes go with the work: a client that hangs up stops waiting for
+    // it, but the conversion under way still counts until it ends.
+    let work = move || {
+        let _held = (turn, bytes);
+        convert(&body, &served)
+    };
+    match tokio::task::spawn_blocking(work).await {
         Ok(Some(answer)) => {
             let mut r = Response::new(Full::new(Bytes::from(answer)));
             r.headers_mut().insert(
@@ -249,10 +253,13 @@ fn convert(body: &[u8], served: &super::review::Served) -> Option<Vec<u8>> {
 
 /// The answer to one review: refused as busy if its turn does not come in time (never
 /// admitted unchecked), else checked, then its author's right asked.
-async fn review_one(review: &serde_json::Value, reviewer: &Reviewer) -> serde_json::Value {
+async fn review_one(
+    review: &serde_json::Value,
+    reviewer: &Reviewer,
+    conn: &super::budget::Connection,
+) -> serde_json::Value {
     let uid = &review["request"]["uid"];
-    let Ok(Ok(_turn)) = tokio::time::timeout(WAIT_FOR_TURN, reviewer.at_once.acquire()).await
-    else {
+    let Ok(_turn) = reviewer.budget.review(conn).await else {
         return super::review::refused(
             uid,
             429,
