@@ -76,8 +76,11 @@ fn not_owned(c: &Rendered, controller: &str) -> Problem {
     }
 }
 
-/// Writes what differs, through the ownership model. A child that refers to another
-/// ([`crate::render::refers`]) is sent after it, and held while that one is not ruleop's.
+/// Writes what differs, through the ownership model. Grants first (Roles, bindings): when
+/// the API server refuses one (its escalation check: the account may grant only what it
+/// holds), the other writes are held, so nothing is left half made. Within each, a child
+/// that refers to another ([`crate::render::refers`]) is sent after it, and held while that
+/// one is not ruleop's.
 pub async fn apply_children(ctx: &Ctx, ns: &str, r: &ResourceId, children: &[Rendered]) -> Round {
     let mut round = Round::default();
     // Decide first (no request), then send the writes in waves: every write whose
@@ -90,6 +93,37 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, r: &ResourceId, children: &[Ren
             pending.push((i, w));
         }
     }
+    let (grants, rest): (Vec<_>, Vec<_>) = pending.into_iter().partition(|(_, w)| is_grant(w.c));
+    if !grants.is_empty() {
+        let before = round.problems.len();
+        in_waves(ctx, (ns, r), children, &refs, grants, &mut round).await;
+        if round.problems[before..]
+            .iter()
+            .any(|p| p.reason == "Forbidden")
+            && !rest.is_empty()
+        {
+            tracing::info!(
+                held = rest.len(),
+                "a Role or binding was refused: the resource's other writes are held until it goes through"
+            );
+            return round;
+        }
+    }
+    in_waves(ctx, (ns, r), children, &refs, rest, &mut round).await;
+    round
+}
+
+/// Sends `pending` in waves: each wave the writes whose referred-to children are no longer
+/// pending (all that are left, when they refer to each other), holding those that refer to
+/// a child found not to be ruleop's.
+async fn in_waves(
+    ctx: &Ctx,
+    (ns, r): (&str, &ResourceId),
+    children: &[Rendered],
+    refs: &[std::collections::BTreeSet<usize>],
+    mut pending: Vec<(usize, Write<'_>)>,
+    round: &mut Round,
+) {
     while !pending.is_empty() {
         let foreign: Vec<usize> = children
             .iter()
@@ -102,7 +136,7 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, r: &ResourceId, children: &[Ren
             .partition(|(i, _)| refs[*i].iter().any(|j| foreign.contains(j)));
         for (i, w) in held {
             let j = refs[i].iter().find(|j| foreign.contains(j)).copied();
-            hold(w.c, j.map(|j| &children[j]), w.live, &mut round);
+            hold(w.c, j.map(|j| &children[j]), w.live, round);
         }
         let waiting = |i: usize, rest: &[(usize, Write<'_>)]| {
             refs[i].iter().any(|j| rest.iter().any(|(k, _)| k == j))
@@ -117,19 +151,8 @@ pub async fn apply_children(ctx: &Ctx, ns: &str, r: &ResourceId, children: &[Ren
             .into_iter()
             .partition(|(i, _)| ready.is_empty() || ready.contains(i));
         pending = later;
-        if !send_wave(
-            ctx,
-            ns,
-            r,
-            now.into_iter().map(|(_, w)| w).collect(),
-            &mut round,
-        )
-        .await
-        {
-            return round;
-        }
+        send(ctx, ns, r, now.into_iter().map(|(_, w)| w).collect(), round).await;
     }
-    round
 }
 
 /// A child held: it refers to `foreign`, which is not ruleop's. Its object stays as it is.
@@ -148,37 +171,6 @@ fn hold(c: &Rendered, foreign: Option<&Rendered>, live: Option<Value>, round: &m
     if let Some(live) = live {
         round.observed.insert(c.instance(), live);
     }
-}
-
-/// Sends one wave of writes: grants first (Roles, bindings); when the API server refuses
-/// one (its escalation check: the account may grant only what it holds), the other writes
-/// are held, so nothing is left half made (false: the round stops here).
-async fn send_wave(
-    ctx: &Ctx,
-    ns: &str,
-    r: &ResourceId,
-    writes: Vec<Write<'_>>,
-    round: &mut Round,
-) -> bool {
-    let (grants, rest): (Vec<Write<'_>>, Vec<Write<'_>>) =
-        writes.into_iter().partition(|w| is_grant(w.c));
-    if !grants.is_empty() {
-        let before = round.problems.len();
-        send(ctx, ns, r, grants, round).await;
-        if round.problems[before..]
-            .iter()
-            .any(|p| p.reason == "Forbidden")
-            && !rest.is_empty()
-        {
-            tracing::info!(
-                held = rest.len(),
-                "a Role or binding was refused: the resource's other writes are held until it goes through"
-            );
-            return false;
-        }
-    }
-    send(ctx, ns, r, rest, round).await;
-    true
 }
 
 /// A child that grants permissions: its write may be refused by the API server's
