@@ -271,16 +271,7 @@ async fn a_flood_of_made_up_tokens_costs_a_few_reviews_a_second_and_the_lease_is
     let client = common::client().await;
     common::install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "budget-metrics").await;
-    let role = format!("{ns}-metrics-reader");
-    let grant = json!({"apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader", "namespace": ns}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
-         "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-         "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]},
-    ]});
-    kubectl_ok(&["apply", "-f", "-"], Some(&grant.to_string()));
+    let role = common::metrics_reader(&ns, &[]);
     let op = Operator::start(
         &ns,
         &["rules/website.yaml"],

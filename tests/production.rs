@@ -324,17 +324,7 @@ async fn metrics_answer_only_a_token_allowed_to_read_them() {
     let client = common::client().await;
     install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "metricsauth").await;
-    let role = format!("{ns}-metrics-reader");
-    let grant = json!({"apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader", "namespace": ns}},
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "nobody", "namespace": ns}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
-         "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-         "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]},
-    ]});
-    kubectl_ok(&["apply", "-f", "-"], Some(&grant.to_string()));
+    let role = common::metrics_reader(&ns, &["nobody"]);
     let op = Operator::start(
         &ns,
         &["rules/website.yaml"],

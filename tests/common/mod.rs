@@ -705,3 +705,23 @@ pub fn website_pods(kubectl: impl Fn(&[&str]) -> String, ns: &str, name: &str) -
     uids.sort();
     uids
 }
+
+/// A ServiceAccount `reader` in `ns` allowed `get` on `/metrics` (a ClusterRole and its
+/// binding, both named `<ns>-metrics-reader`), and the accounts `others` allowed nothing;
+/// gives the role's name (delete `clusterrolebinding,clusterrole` of it after).
+pub fn metrics_reader(ns: &str, others: &[&str]) -> String {
+    let role = format!("{ns}-metrics-reader");
+    let mut items: Vec<serde_json::Value> = ["reader"]
+        .iter()
+        .chain(others)
+        .map(|sa| serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": ns}}))
+        .collect();
+    items.push(serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]}));
+    items.push(serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]}));
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+    kubectl_ok(&["apply", "-f", "-"], Some(&list.to_string()));
+    role
+}
