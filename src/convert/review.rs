@@ -7,21 +7,6 @@ use crate::rules::compile::versions::Conversion;
 use crate::rules::program::Program;
 use serde_json::{Value, json};
 
-/// The answer to `review`: every object converted to the desired version, or a failure
-/// naming the first object that could not be (as [`answer_body`], which the webhook uses).
-pub fn answer<'a>(
-    review: &Value,
-    find: impl Fn(&str, &str) -> Option<(&'a Conversion, &'a Program)>,
-) -> Value {
-    let body = serde_json::to_vec(review).unwrap_or_default();
-    match answer_body(&body, find) {
-        Ok((out, _)) => serde_json::from_slice(&out).unwrap_or(Value::Null),
-        Err(message) => json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
-            "response": {"uid": review["request"]["uid"], "convertedObjects": [],
-                "result": {"status": "Failure", "message": message}}}),
-    }
-}
-
 /// A ConversionReview as read from its body: each object left as its text until its turn,
 /// so that answering costs the body, the answer and one object at a time (never a whole
 /// parsed review: a page of large objects parsed at once takes many times its size).
@@ -64,7 +49,8 @@ pub fn first_kind(body: &[u8]) -> Option<(String, String)> {
     Some((group, kind))
 }
 
-/// [`answer`], from the review's body to the answer's: the objects parsed and converted one
+/// The answer to a review's body: every object converted to the desired version, or a
+/// failure naming the first object that could not be; the objects parsed and converted one
 /// at a time. `Err` when the body is no ConversionReview.
 pub fn answer_body<'a>(
     body: &[u8],

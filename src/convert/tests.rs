@@ -102,6 +102,15 @@ fn an_unknown_version_or_group_is_an_error() {
     ));
 }
 
+/// The answer to `review`, as JSON.
+fn answered<'a>(
+    review: &Value,
+    find: impl Fn(&str, &str) -> Option<(&'a Conversion, &'a Program)>,
+) -> Value {
+    let body = serde_json::to_vec(review).unwrap();
+    serde_json::from_slice(&review::answer_body(&body, find).unwrap().0).unwrap()
+}
+
 #[test]
 fn a_review_converts_every_object_or_fails_naming_it() {
     let r = rule();
@@ -109,7 +118,7 @@ fn a_review_converts_every_object_or_fails_naming_it() {
     let review = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
         "request": {"uid": "u1", "desiredAPIVersion": "x.io/v1", "objects": [
             {"apiVersion": "x.io/v1alpha1", "kind": "Site", "metadata": {"name": "a"}, "spec": {"serviceType": "NodePort"}}]}});
-    let out = review::answer(&review, |g, k| {
+    let out = answered(&review, |g, k| {
         (g == "x.io" && k == "Site").then_some((c, &r.program))
     });
     assert_eq!(out["response"]["uid"], "u1");
@@ -118,7 +127,7 @@ fn a_review_converts_every_object_or_fails_naming_it() {
         out["response"]["convertedObjects"][0]["spec"]["service"]["type"],
         "NodePort"
     );
-    let out = review::answer(&review, |_, _| None);
+    let out = answered(&review, |_, _| None);
     assert_eq!(out["response"]["result"]["status"], "Failure");
     assert!(
         out["response"]["result"]["message"]

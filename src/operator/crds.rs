@@ -69,6 +69,8 @@ async fn stored(client: &Client, old: &Value) -> Option<Vec<Value>> {
     let spec = &old["spec"];
     let versions = spec["versions"].as_array()?;
     let group = spec["group"].as_str()?;
+    let kind = spec["names"]["kind"].as_str()?;
+    let plural = spec["names"]["plural"].as_str()?;
     let names: Vec<&str> = match old["status"]["storedVersions"].as_array() {
         Some(s) => s.iter().filter_map(Value::as_str).collect(),
         None => versions.iter().filter_map(|v| v["name"].as_str()).collect(),
@@ -85,8 +87,8 @@ async fn stored(client: &Client, old: &Value) -> Option<Vec<Value>> {
             group: group.into(),
             version: version.into(),
             api_version: format!("{group}/{version}"),
-            kind: spec["names"]["kind"].as_str()?.into(),
-            plural: spec["names"]["plural"].as_str()?.into(),
+            kind: kind.into(),
+            plural: plural.into(),
         };
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         let objects = api.list(&ListParams::default()).await.ok()?;

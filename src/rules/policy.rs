@@ -78,7 +78,7 @@ pub fn secret_flows(rule: &CompiledRule) -> Vec<SecretFlow> {
         .filter(|e| is_secret(&e.api_version, &e.kind))
         .map(|e| format!("existing.{}", e.id))
         .collect();
-    let watches_secrets = matches!(rule.watch.group.trim(), "" | "core")
+    let watches_secrets = crate::schema::kinds::canonical_group(&rule.watch.group).is_empty()
         && rule.watch.resource.trim().eq_ignore_ascii_case("secrets");
     if sources.is_empty()
         && !watches_secrets

@@ -13,7 +13,8 @@ pub fn group_version(api_version: &str) -> (&str, &str) {
 pub fn canonical_api_version(api_version: &str) -> Option<String> {
     let lower = api_version.trim().to_ascii_lowercase();
     let (group, version) = lower.rsplit_once('/').unwrap_or(("", &lower));
-    let group = if group == "core" { "" } else { group };
+    let group = canonical_group(group);
+    let group = group.as_str();
     let label = |s: &str| {
         !s.is_empty()
             && s.bytes()
@@ -29,6 +30,14 @@ pub fn canonical_api_version(api_version: &str) -> Option<String> {
     } else {
         format!("{group}/{version}")
     })
+}
+
+/// A group as the API server names it: lowercase, and the core group `""` (not `core`).
+pub fn canonical_group(group: &str) -> String {
+    match group.trim().to_ascii_lowercase().as_str() {
+        "core" => String::new(),
+        g => g.to_string(),
+    }
 }
 
 /// Why `api_version` is not written as the API server names it, and the fix: every rule

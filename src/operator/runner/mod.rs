@@ -157,7 +157,7 @@ async fn recorded(
         match read.await {
             Ok(got) => return Some(got),
             Err(e) => {
-                tracing::warn!(error = %e, namespace = %opts.state_namespace, "the Rule's revisions cannot be read or recorded (ControllerRevisions in the operator's namespace); retrying")
+                tracing::warn!(error = %e, namespace = %opts.state_namespace, "the Rule's revisions cannot be read or recorded (ControllerRevisions in the operator's namespace, and the Rule's rolled-back ones); retrying")
             }
         }
         tokio::select! {

@@ -13,26 +13,27 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// The budget's sizes.
+/// How much of each thing may be held at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Connections served.
+    pub connections: usize,
+    /// Connections waiting for their turn (past that, a new connection is closed at once).
+    pub waiting: usize,
+    /// Bytes of request bodies held (a body is read whole before it is parsed).
+    pub bytes: usize,
+    /// Conversions under way (each parses and writes up to a body's size).
+    pub conversions: usize,
+    /// Rule reviews under way (each compiles a Rule of up to 1 MiB and asks the API server
+    /// its author's rights).
+    pub reviews: usize,
+}
+
+/// The budget's sizes: in all, and from one address.
 #[derive(Debug, Clone, Copy)]
 pub struct Sizes {
-    /// Connections served at once, in all and from one address.
-    pub connections: usize,
-    pub connections_per_source: usize,
-    /// Connections waiting for their turn, in all and from one address (past that, a new
-    /// connection is closed at once).
-    pub waiting: usize,
-    pub waiting_per_source: usize,
-    /// Bytes of request bodies held at once (a body is read whole before it is parsed).
-    pub bytes: usize,
-    pub bytes_per_source: usize,
-    /// Conversions under way at once (each parses and writes up to a body's size).
-    pub conversions: usize,
-    pub conversions_per_source: usize,
-    /// Rule reviews under way at once (each compiles a Rule of up to 1 MiB and asks the
-    /// API server its author's rights).
-    pub reviews: usize,
-    pub reviews_per_source: usize,
+    pub all: Limits,
+    pub per_source: Limits,
 }
 
 /// The webhook's sizes. 128 connections served, 32 from one address, and as many again
@@ -42,16 +43,20 @@ pub struct Sizes {
 /// be closed. 40 MiB of bodies, 16 MiB from one address (one ConversionReview of the
 /// largest size); 3 conversions, 1 from one address; 6 reviews, 3 from one address.
 pub const SIZES: Sizes = Sizes {
-    connections: 128,
-    connections_per_source: 32,
-    waiting: 1024,
-    waiting_per_source: 64,
-    bytes: 40 * 1024 * 1024,
-    bytes_per_source: 16 * 1024 * 1024,
-    conversions: 3,
-    conversions_per_source: 1,
-    reviews: 6,
-    reviews_per_source: 3,
+    all: Limits {
+        connections: 128,
+        waiting: 1024,
+        bytes: 40 * 1024 * 1024,
+        conversions: 3,
+        reviews: 6,
+    },
+    per_source: Limits {
+        connections: 32,
+        waiting: 64,
+        bytes: 16 * 1024 * 1024,
+        conversions: 1,
+        reviews: 3,
+    },
 };
 
 /// How long a request waits for its bytes, or a conversion for its turn, before it is
@@ -64,22 +69,31 @@ pub const WAIT_TO_SERVE: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub struct Budget {
     sizes: Sizes,
-    connections: Arc<Semaphore>,
-    waiting: Arc<Semaphore>,
-    bytes: Arc<Semaphore>,
-    conversions: Arc<Semaphore>,
-    reviews: Arc<Semaphore>,
-    sources: Mutex<HashMap<IpAddr, Arc<Source>>>,
+    all: Pools,
+    sources: Mutex<HashMap<IpAddr, Arc<Pools>>>,
 }
 
-/// What one address holds.
+/// A semaphore for each of [`Limits`]: the budget's in all, and one address's.
 #[derive(Debug)]
-struct Source {
+struct Pools {
     connections: Arc<Semaphore>,
     waiting: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
     conversions: Arc<Semaphore>,
     reviews: Arc<Semaphore>,
+}
+
+impl Pools {
+    fn new(l: Limits) -> Pools {
+        let pool = |n: usize| Arc::new(Semaphore::new(n.min(Semaphore::MAX_PERMITS)));
+        Pools {
+            connections: pool(l.connections),
+            waiting: pool(l.waiting),
+            bytes: pool(l.bytes),
+            conversions: pool(l.conversions),
+            reviews: pool(l.reviews),
+        }
+    }
 }
 
 /// An address's place in the budget while it has a connection waiting or served: its
@@ -88,11 +102,11 @@ struct Source {
 struct Ticket {
     budget: Arc<Budget>,
     source: IpAddr,
-    state: Option<Arc<Source>>,
+    state: Option<Arc<Pools>>,
 }
 
 impl Ticket {
-    fn state(&self) -> &Source {
+    fn state(&self) -> &Pools {
         self.state
             .as_deref()
             .expect("a ticket holds its source until dropped")
@@ -142,7 +156,7 @@ impl Waiting {
             .ok()?;
         let all = tokio::time::timeout(
             left(),
-            self.ticket.budget.connections.clone().acquire_owned(),
+            self.ticket.budget.all.connections.clone().acquire_owned(),
         )
         .await
         .ok()?
@@ -174,8 +188,16 @@ async fn take(s: &Arc<Semaphore>, n: u32) -> Result<OwnedSemaphorePermit, Refuse
     }
 }
 
-fn permits(n: usize) -> usize {
-    n.min(Semaphore::MAX_PERMITS)
+/// `n` of the pool `pick` chooses, from the address's share and then from all.
+async fn from_both(
+    mine: &Pools,
+    all: &Pools,
+    pick: fn(&Pools) -> &Arc<Semaphore>,
+    n: u32,
+) -> Result<Held, Refused> {
+    let mine = take(pick(mine), n).await?;
+    let all = take(pick(all), n).await?;
+    Ok(Held(vec![mine, all]))
 }
 
 impl Budget {
@@ -186,11 +208,7 @@ impl Budget {
     pub fn sized(sizes: Sizes) -> Arc<Budget> {
         Arc::new(Budget {
             sizes,
-            connections: Arc::new(Semaphore::new(sizes.connections)),
-            waiting: Arc::new(Semaphore::new(sizes.waiting)),
-            bytes: Arc::new(Semaphore::new(permits(sizes.bytes))),
-            conversions: Arc::new(Semaphore::new(sizes.conversions)),
-            reviews: Arc::new(Semaphore::new(sizes.reviews)),
+            all: Pools::new(sizes.all),
             sources: Mutex::new(HashMap::new()),
         })
     }
@@ -198,20 +216,11 @@ impl Budget {
     /// A place to wait for a connection from `source`, if one is free now (never waits:
     /// the accept loop goes on, and a connection with no place is closed at once).
     pub fn arrive(self: &Arc<Self>, source: IpAddr) -> Option<Waiting> {
-        let all = self.waiting.clone().try_acquire_owned().ok()?;
+        let all = self.all.waiting.clone().try_acquire_owned().ok()?;
         let mut sources = self.sources.lock().ok()?;
-        let sizes = self.sizes;
         let state = sources
             .entry(source)
-            .or_insert_with(|| {
-                Arc::new(Source {
-                    connections: Arc::new(Semaphore::new(sizes.connections_per_source)),
-                    waiting: Arc::new(Semaphore::new(sizes.waiting_per_source)),
-                    bytes: Arc::new(Semaphore::new(permits(sizes.bytes_per_source))),
-                    conversions: Arc::new(Semaphore::new(sizes.conversions_per_source)),
-                    reviews: Arc::new(Semaphore::new(sizes.reviews_per_source)),
-                })
-            })
+            .or_insert_with(|| Arc::new(Pools::new(self.sizes.per_source)))
             .clone();
         drop(sources);
         let ticket = Ticket {
@@ -235,27 +244,21 @@ impl Budget {
         max: usize,
     ) -> Result<Held, Refused> {
         let want = declared.unwrap_or(max);
-        if want > max || want > self.sizes.bytes_per_source {
+        if want > max || want > self.sizes.per_source.bytes {
             return Err(Refused::TooLarge);
         }
         let want = u32::try_from(want.max(1)).map_err(|_| Refused::TooLarge)?;
-        let mine = take(&from.ticket.state().bytes, want).await?;
-        let all = take(&self.bytes, want).await?;
-        Ok(Held(vec![mine, all]))
+        from_both(from.ticket.state(), &self.all, |p| &p.bytes, want).await
     }
 
     /// A turn to convert, from the address's share and then from all.
     pub async fn conversion(&self, from: &Connection) -> Result<Held, Refused> {
-        let mine = take(&from.ticket.state().conversions, 1).await?;
-        let all = take(&self.conversions, 1).await?;
-        Ok(Held(vec![mine, all]))
+        from_both(from.ticket.state(), &self.all, |p| &p.conversions, 1).await
     }
 
     /// A turn to review a Rule, from the address's share and then from all.
     pub async fn review(&self, from: &Connection) -> Result<Held, Refused> {
-        let mine = take(&from.ticket.state().reviews, 1).await?;
-        let all = take(&self.reviews, 1).await?;
-        Ok(Held(vec![mine, all]))
+        from_both(from.ticket.state(), &self.all, |p| &p.reviews, 1).await
     }
 
     /// Addresses with a connection waiting or served.
@@ -271,16 +274,20 @@ mod tests {
 
     fn small() -> Arc<Budget> {
         Budget::sized(Sizes {
-            connections: 3,
-            connections_per_source: 2,
-            waiting: 5,
-            waiting_per_source: 1,
-            bytes: 150,
-            bytes_per_source: 100,
-            conversions: 2,
-            conversions_per_source: 1,
-            reviews: 2,
-            reviews_per_source: 1,
+            all: Limits {
+                connections: 3,
+                waiting: 5,
+                bytes: 150,
+                conversions: 2,
+                reviews: 2,
+            },
+            per_source: Limits {
+                connections: 2,
+                waiting: 1,
+                bytes: 100,
+                conversions: 1,
+                reviews: 1,
+            },
         })
     }
 

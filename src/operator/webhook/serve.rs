@@ -17,12 +17,12 @@ pub use crate::schema::crd::CONVERT_PATH;
 
 /// The largest review read (a Rule is at most a rules file, 1 MiB, and the API server
 /// sends the old object too).
-pub const MAX_BODY: usize = 3 * 1024 * 1024;
+const MAX_BODY: usize = 3 * 1024 * 1024;
 /// The largest ConversionReview taken. The API server sends one per object it reads from
 /// storage in another version (a LIST, a watch) and one per list it answers whole, so a
 /// review holds one object of at most etcd's 1.5 MiB, or a page of a list; 16 MiB takes a
 /// page of 500 objects of 32 KiB. A larger body is refused at once (413), unread.
-pub const MAX_CONVERT_BODY: usize = 16 * 1024 * 1024;
+const MAX_CONVERT_BODY: usize = 16 * 1024 * 1024;
 
 /// The certificate served now.
 #[derive(Debug, Default)]
@@ -126,8 +126,8 @@ pub async fn serve(
     }
 }
 
-fn reply(code: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+fn reply(code: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = code;
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -143,7 +143,7 @@ async fn handle(
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     let path = req.uri().path().to_string();
     if req.method() != hyper::Method::POST || (path != PATH && path != CONVERT_PATH) {
-        return Ok(reply(StatusCode::NOT_FOUND, "{}".into()));
+        return Ok(reply(StatusCode::NOT_FOUND, "{}"));
     }
     // The body's bytes from the budget first (a body larger than the API server sends is
     // refused unread), then the whole body within the API server's own wait.
@@ -159,21 +159,21 @@ async fn handle(
     let bytes = match reviewer.budget.body(&conn, declared, limit).await {
         Ok(p) => p,
         Err(super::budget::Refused::TooLarge) => {
-            return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, "{}".into()));
+            return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, "{}"));
         }
         Err(super::budget::Refused::Busy) => return Ok(busy()),
     };
     let read = Limited::new(req.into_body(), limit).collect();
     let body = match tokio::time::timeout(READ_BODY, read).await {
         Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(_)) => return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, "{}".into())),
-        Err(_) => return Ok(reply(StatusCode::REQUEST_TIMEOUT, "{}".into())),
+        Ok(Err(_)) => return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, "{}")),
+        Err(_) => return Ok(reply(StatusCode::REQUEST_TIMEOUT, "{}")),
     };
     if path == CONVERT_PATH {
         return Ok(convert_in_turn(body, bytes, &reviewer, &conn).await);
     }
     let Ok(review) = serde_json::from_slice::<serde_json::Value>(&body) else {
-        return Ok(reply(StatusCode::BAD_REQUEST, "{}".into()));
+        return Ok(reply(StatusCode::BAD_REQUEST, "{}"));
     };
     drop(body);
     let answer = review_one(&review, &reviewer, &conn).await;
@@ -183,7 +183,7 @@ async fn handle(
 
 /// 429, to try again in a moment.
 fn busy() -> Response<Full<Bytes>> {
-    let mut r = reply(StatusCode::TOO_MANY_REQUESTS, "{}".into());
+    let mut r = reply(StatusCode::TOO_MANY_REQUESTS, "{}");
     r.headers_mut().insert(
         hyper::header::RETRY_AFTER,
         hyper::header::HeaderValue::from_static("1"),
@@ -209,16 +209,9 @@ async fn convert_in_turn(
         convert(&body, &served)
     };
     match tokio::task::spawn_blocking(work).await {
-        Ok(Some(answer)) => {
-            let mut r = Response::new(Full::new(Bytes::from(answer)));
-            r.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static("application/json"),
-            );
-            r
-        }
-        Ok(None) => reply(StatusCode::BAD_REQUEST, "{}".into()),
-        Err(_) => reply(StatusCode::INTERNAL_SERVER_ERROR, "{}".into()),
+        Ok(Some(answer)) => reply(StatusCode::OK, answer),
+        Ok(None) => reply(StatusCode::BAD_REQUEST, "{}"),
+        Err(_) => reply(StatusCode::INTERNAL_SERVER_ERROR, "{}"),
     }
 }
 
