@@ -424,6 +424,75 @@ async fn a_pin_holds_its_resource_until_the_rule_disables_pins() {
     common::delete_namespace(&ns);
 }
 
+/// A pin holds what it pins, kinds included: revision 1 makes a ConfigMap per site,
+/// revision 2 drops the kind; the site pinned to revision 1 keeps its ConfigMap (the kind
+/// is not retired while a resource pins a revision that makes it), the other site loses
+/// its own. Unpinned, the site takes revision 2 and its ConfigMap goes too.
+#[tokio::test]
+async fn a_pin_keeps_the_kind_the_newest_revision_dropped() {
+    let client = common::client().await;
+    install_crds(&[RULE_CRD, SITES_CRD]);
+    let ns = common::namespace(&client, "pin-kinds").await;
+    let name = format!("site-{ns}");
+    let _op = operator(&ns);
+    let mut one = website_rule(&name, &ns);
+    one["spec"]["children"].as_array_mut().unwrap().push(json!({
+        "id": "extra",
+        "template": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "{{ name }}-extra"}, "data": {"site": "{{ name }}"}}}));
+    apply(&one);
+    websites(&ns, 2);
+    all_ready_on(&ns, 2, 1).await;
+    let before = extras(&ns);
+    assert_eq!(before.len(), 2, "{before:?}");
+    kubectl_ok(
+        &[
+            "annotate",
+            "website",
+            "site-0",
+            "-n",
+            &ns,
+            "ruleop.dev/revision=1",
+        ],
+        None,
+    );
+    // Revision 2 makes no ConfigMap.
+    let two = website_rule(&name, &ns);
+    apply(&two);
+    eventually(LONG, "site-1 on revision 2, its ConfigMap gone", || async {
+        let w = get_json("website", &ns, "site-1")?;
+        (w["status"]["ruleRevision"] == 2 && !extras(&ns).contains_key("site-1")).then_some(())
+    })
+    .await;
+    let pinned = get_json("website", &ns, "site-0").unwrap();
+    assert_eq!(pinned["status"]["ruleRevision"], 1, "{pinned}");
+    // (Given the time a retirement takes, were the kind retired.)
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        extras(&ns).get("site-0"),
+        before.get("site-0"),
+        "the pinned site's ConfigMap, of a kind only its revision makes, is kept"
+    );
+    kubectl_ok(
+        &[
+            "annotate",
+            "website",
+            "site-0",
+            "-n",
+            &ns,
+            "ruleop.dev/revision-",
+        ],
+        None,
+    );
+    eventually(LONG, "site-0 on revision 2, its ConfigMap gone", || async {
+        let w = get_json("website", &ns, "site-0")?;
+        (w["status"]["ruleRevision"] == 2 && extras(&ns).is_empty()).then_some(())
+    })
+    .await;
+    let _ = kubectl(&["delete", "rule", &name], None);
+    common::delete_namespace(&ns);
+}
+
 /// Whether a log record of ruleop's was made within a reconcile at `revision`.
 fn at_revision(record: &Value, revision: i64) -> bool {
     let span_at = |s: &Value| s["name"] == "reconcile" && s["revision"] == revision;

@@ -370,3 +370,83 @@ async fn a_deleted_rule_releases_its_finalizers_and_lets_its_orphans_go() {
     .await;
     common::delete_namespace(&ns);
 }
+
+/// A Rule taking over a removed Rule's kind first lets go the removed one's children that
+/// ask to be orphaned: the new Rule's finalizers are then the box's own, and deleting the
+/// box leaves those children (the removed Rule's other children go with the box).
+#[tokio::test]
+async fn a_rule_taking_over_a_removed_rules_kind_lets_its_orphans_go_first() {
+    let client = common::client().await;
+    install_crds(&[RULE_CRD, "tests/fixtures/trust/crd.yaml"]);
+    let ns = common::namespace(&client, "rule-takeover").await;
+    let (old, new) = (format!("old-{ns}"), format!("new-{ns}"));
+    let selector = format!("ruleop.dev/test={ns}");
+    let _op = Operator::start(
+        &ns,
+        &[],
+        &[
+            "--rule-objects=true",
+            "--rule-selector",
+            &selector,
+            "--lease-namespace",
+            &ns,
+            // The removed rule's own release would come only after this wait.
+            "--rules-settle-seconds",
+            "600",
+        ],
+    );
+    let cm = |id: &str, extra: &str| {
+        json!({"id": id, "onRemove": extra, "template": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("{{{{ name }}}}-{id}")}, "data": {"a": "1"}}})
+    };
+    let rule = |name: &str, children: Value| {
+        json!({"apiVersion": "ruleop.dev/v1alpha1", "kind": "Rule",
+            "metadata": {"name": name, "labels": {"ruleop.dev/test": ns}},
+            "spec": {"watch": {"group": "trust.ruleop.dev", "version": "v1", "resource": "boxes"},
+                "children": children}})
+    };
+    apply(&rule(
+        &old,
+        json!([cm("app", "Delete"), cm("keep", "Orphan")]),
+    ));
+    common::apply_box(&ns, "b", json!({}));
+    eventually(T, "the old rule's children", || async {
+        let b = get_json("box", &ns, "b")?;
+        let f = b["metadata"]["finalizers"].to_string();
+        (f.contains("ruleop.dev/orphan") && get_json("configmap", &ns, "b-keep").is_some())
+            .then_some(())
+    })
+    .await;
+    // The old Rule goes; the new one serves the kind at once, with no orphan of its own.
+    kubectl_ok(&["delete", "rule", &old], None);
+    apply(&rule(&new, json!([cm("web", "Delete")])));
+    eventually(T, "the new rule's child, the old orphan let go", || async {
+        let keep = get_json("configmap", &ns, "b-keep")?;
+        let let_go = keep["metadata"]["ownerReferences"]
+            .as_array()
+            .is_none_or(Vec::is_empty);
+        (get_json("configmap", &ns, "b-web").is_some() && let_go).then_some(())
+    })
+    .await;
+    let keep = get_json("configmap", &ns, "b-keep").unwrap();
+    assert!(
+        keep["metadata"]["labels"]["ruleop.dev/rule"].is_null(),
+        "let go, not the new rule's: {keep}"
+    );
+    kubectl_ok(&["delete", "box", "b", "-n", &ns, "--wait=false"], None);
+    // The garbage collector took the box's children (the new rule's and the old one's
+    // that did not ask to be orphaned): the orphan stays.
+    eventually(T, "the box and its owned children gone", || async {
+        let gone = ["b-web", "b-app"]
+            .iter()
+            .all(|c| get_json("configmap", &ns, c).is_none());
+        (get_json("box", &ns, "b").is_none() && gone).then_some(())
+    })
+    .await;
+    assert!(
+        get_json("configmap", &ns, "b-keep").is_some(),
+        "the old rule's orphan outlives the box"
+    );
+    let _ = kubectl(&["delete", "rule", &new], None);
+    common::delete_namespace(&ns);
+}

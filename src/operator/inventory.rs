@@ -78,6 +78,34 @@ impl Inventory {
         Ok(cm.and_then(|c| c.data).and_then(|d| d.get(key).cloned()))
     }
 
+    /// Every key of the inventory and its value.
+    pub async fn all(&self) -> Result<std::collections::BTreeMap<String, String>, InventoryError> {
+        let cm = self
+            .api()
+            .get_opt(INVENTORY)
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok(cm.and_then(|c| c.data).unwrap_or_default())
+    }
+
+    /// Removes `key` from the inventory, if it is there.
+    pub async fn remove(&self, key: &str) -> Result<(), InventoryError> {
+        let api = self.api();
+        let Some(mut cm) = api.get_opt(INVENTORY).await.map_err(|e| self.err(e))? else {
+            return Ok(());
+        };
+        if cm.data.as_mut().and_then(|d| d.remove(key)).is_none() {
+            return Ok(());
+        }
+        if !self.fence.holds() {
+            return Err(InventoryError::NotLeader);
+        }
+        api.replace(INVENTORY, &PostParams::default(), &cm)
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
     /// Sets `key` to `value` in the inventory, if that changes anything.
     pub async fn set(&self, key: &str, value: String) -> Result<(), InventoryError> {
         let api = self.api();
@@ -125,7 +153,7 @@ impl Inventory {
 }
 
 /// The uids of the rule's custom resources, in scope.
-async fn parent_uids(
+pub(super) async fn parent_uids(
     client: &Client,
     rule: &CompiledRule,
     namespace: Option<&str>,

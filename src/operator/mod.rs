@@ -24,6 +24,7 @@ pub mod revisions;
 pub mod rule_status;
 pub mod runner;
 pub mod supervisor;
+pub mod takeover;
 pub mod telemetry;
 pub mod versions;
 pub mod webhook;

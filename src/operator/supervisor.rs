@@ -130,11 +130,14 @@ impl Supervisor {
             let Some((_, rule)) = self.leaving.remove(&name) else {
                 continue;
             };
-            let taken = self.desired.iter().any(|d| {
-                d.watch.group == rule.watch.group && d.watch.resource == rule.watch.resource
-            });
+            use crate::rules::claims::{claims, shared};
+            let gone = claims(&rule);
+            let taken = self
+                .desired
+                .iter()
+                .any(|d| shared(&claims(d), &gone).is_some());
             if taken {
-                tracing::info!(rule = %name, "a removed rule's kind is served by another rule now: its resources stay held, by that rule");
+                tracing::info!(rule = %name, "a removed rule's kind is served by another rule now: its resources stay held, by that rule (which let its orphans go when it took the kind over)");
                 continue;
             }
             self.release(rule).await;

@@ -1,7 +1,9 @@
 //! The revisions of a rule that render its resources: the newest (the rule in force) and,
 //! for a Rule object, the other revisions it keeps (compiled again from their
 //! ControllerRevisions): a rollout's previous one, and any a resource pins. They share the
-//! rule's kinds (their union), so each has its own table of them.
+//! rule's kinds (their union), so each has its own table of them. A pinned revision is in
+//! force with its kinds, even those the newest dropped: they are not retired while a
+//! resource pins it (read when the rule starts: see [`pinned`]).
 
 use crate::operator::revisions::History;
 use crate::rollout::{Phase, Progress};
@@ -59,13 +61,15 @@ fn compile(
 }
 
 /// The newest revision first, then the others a Rule keeps: the rollout's previous one
-/// and those of the rollouts it replaced always; another only when its kinds are among
-/// theirs (a revision of other kinds would make the rule wait for them to be served).
+/// and those of the rollouts it replaced always; those a resource pins (`pinned`) always;
+/// another only when its kinds are among theirs (a revision of other kinds, pinned by no
+/// resource, would make the rule wait for them to be served and keep them from retiring).
 pub(super) fn revisions(
     rule: &Arc<CompiledRule>,
     history: Option<&History>,
     progress: Option<&Progress>,
     policy: &crate::rules::policy::Policy,
+    pinned: &BTreeSet<i64>,
 ) -> Vec<Loaded> {
     let mut out = vec![Loaded {
         number: history.map(|h| h.current),
@@ -76,7 +80,7 @@ pub(super) fn revisions(
     };
     // The rollout's previous revision, and those of the rollouts it replaced (the
     // resources they reached stay on them): always, their kinds are served already.
-    let rolling: Vec<i64> = progress
+    let mut always: Vec<i64> = progress
         .into_iter()
         .flat_map(|p| {
             let unfinished = matches!(p.phase, Phase::Progressing | Phase::Paused);
@@ -85,7 +89,14 @@ pub(super) fn revisions(
         })
         .filter(|n| *n != h.current)
         .collect();
-    for &f in &rolling {
+    // A pinned revision holds its resources, its kinds included.
+    let pins: Vec<i64> = pinned
+        .iter()
+        .filter(|n| **n != h.current && !always.contains(n) && h.kept.contains_key(n))
+        .copied()
+        .collect();
+    always.extend(pins);
+    for &f in &always {
         if let Some(r) = h
             .kept
             .get(&f)
@@ -99,7 +110,7 @@ pub(super) fn revisions(
     }
     let allowed: BTreeSet<(String, String)> = out.iter().flat_map(|l| kinds(&l.rule)).collect();
     for (n, rev) in &h.kept {
-        if *n == h.current || rolling.contains(n) {
+        if *n == h.current || always.contains(n) {
             continue;
         }
         match compile(rule, *n, &rev.spec, policy) {
@@ -109,10 +120,72 @@ pub(super) fn revisions(
             }),
             Some(_) => tracing::info!(
                 revision = n,
-                "a kept revision makes kinds the newest does not: not loaded (a resource pinning it takes the newest)"
+                "a kept revision makes kinds the newest does not and no resource pins it: not loaded (a resource pinned to it later takes the newest until the rule starts again)"
             ),
             None => {}
         }
     }
     out
+}
+
+/// The revisions the rule's resources pin (`ruleop.dev/revision`), read once from a list
+/// of their metadata; empty when pins are disabled or the rule keeps no other revision.
+/// Retried until read, or the rule is stopped (None).
+pub(super) async fn pinned(
+    client: &kube::Client,
+    parent: &crate::cache::discovery::Resolved,
+    namespace: Option<&str>,
+    rule: &CompiledRule,
+    history: Option<&History>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Option<BTreeSet<i64>> {
+    let others = history.is_some_and(|h| h.kept.keys().any(|n| *n != h.current));
+    if !others || rule.pins != crate::rules::spec::Pins::Allowed {
+        return Some(BTreeSet::new());
+    }
+    let api: kube::Api<kube::api::DynamicObject> = match namespace {
+        Some(ns) => kube::Api::namespaced_with(client.clone(), ns, &*parent.resource),
+        None => kube::Api::all_with(client.clone(), &*parent.resource),
+    };
+    loop {
+        match api.list_metadata(&kube::api::ListParams::default()).await {
+            Ok(list) => return Some(pins_of(list.items.iter().map(|o| &o.metadata))),
+            Err(e) => {
+                tracing::warn!(error = %e, "the resources' pins cannot be read (a list of their metadata); retrying")
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(2)) => {}
+            _ = super::discover::stopped(stop.clone()) => return None,
+        }
+    }
+}
+
+/// The revisions pinned by the `ruleop.dev/revision` annotation of these objects.
+fn pins_of<'a>(metas: impl Iterator<Item = &'a kube::api::ObjectMeta>) -> BTreeSet<i64> {
+    metas
+        .filter_map(|m| m.annotations.as_ref()?.get(crate::rollout::PIN))
+        .filter_map(|p| p.trim().parse().ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_are_read_from_the_annotation_and_a_bad_one_is_ignored() {
+        let meta = |pin: Option<&str>| kube::api::ObjectMeta {
+            annotations: pin.map(|p| [(crate::rollout::PIN.to_string(), p.to_string())].into()),
+            ..Default::default()
+        };
+        let metas = [
+            meta(Some("3")),
+            meta(None),
+            meta(Some(" 1 ")),
+            meta(Some("x")),
+            meta(Some("3")),
+        ];
+        assert_eq!(pins_of(metas.iter()), BTreeSet::from([1, 3]));
+    }
 }

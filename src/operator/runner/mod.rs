@@ -3,7 +3,8 @@
 //! label-selected, cached watch ([`crate::cache::watches`]). Stops gracefully when told to.
 
 use super::inventory;
-use discover::{distinct_kinds, stopped, wait_for};
+pub(crate) use discover::stopped;
+use discover::{distinct_kinds, wait_for};
 
 mod census;
 mod crd_follow;
@@ -343,6 +344,15 @@ async fn run(
     let Some(allowed) = versions.await else {
         return;
     };
+    // A kind another rule served: its orphans are let go before this rule reconciles.
+    let takeover = super::takeover::Takeover {
+        inventory: inventory(),
+        rule: &rule,
+        namespace: scope,
+    };
+    if super::takeover::take_over(takeover, &stop).await.is_none() {
+        return;
+    }
     let prune_from = match allowed.prune {
         Retire::Now => PruneFrom::Now,
         Retire::After(wait) => std::time::Instant::now()
@@ -377,7 +387,17 @@ async fn run(
     if progress.is_none() {
         info.set_rollout(None);
     }
-    let loaded = loaded::revisions(&rule, history.as_ref(), progress.as_ref(), &opts.policy);
+    let pins = loaded::pinned(&client, &parent, scope, &rule, history.as_ref(), &stop);
+    let Some(pinned) = pins.await else {
+        return;
+    };
+    let loaded = loaded::revisions(
+        &rule,
+        history.as_ref(),
+        progress.as_ref(),
+        &opts.policy,
+        &pinned,
+    );
     // A rollout whose previous revision no longer loads pauses: the resources not reached
     // wait (they never take the newest in its place).
     let (progress, held) = rollout::hold_missing_from(progress, &loaded, history.as_ref(), now());
