@@ -40,6 +40,8 @@ use std::time::Duration;
 
 const RULE: &str = "churn";
 const OTHER: &str = "churn-second";
+/// The Rule that takes the kind over from `churn` when it is deleted (and gives it back).
+const HEIR: &str = "churn-heir";
 /// The rule every replica also loads from a file (the shipped WebSite rule), and so the
 /// name a Rule may not take.
 const FILE_RULE: &str = "website";
@@ -104,15 +106,15 @@ fn get(kc: &str, args: &[&str]) -> Option<Value> {
     ok.then(|| serde_json::from_str(&out).ok()).flatten()
 }
 
-/// Rule `churn`'s status.
-fn rule_status(kc: &str) -> Value {
-    get(kc, &["get", "rule", RULE, "-o", "json"])
+/// The status of Rule `rule` (the one serving the kind).
+fn rule_status(kc: &str, rule: &str) -> Value {
+    get(kc, &["get", "rule", rule, "-o", "json"])
         .map(|r| r["status"].clone())
         .unwrap_or(Value::Null)
 }
 
-/// The specs of the Rule's revisions, by number.
-fn revisions(kc: &str) -> BTreeMap<i64, Value> {
+/// The specs of Rule `rule`'s revisions, by number.
+fn revisions(kc: &str, rule: &str) -> BTreeMap<i64, Value> {
     let list = get(
         kc,
         &[
@@ -121,7 +123,7 @@ fn revisions(kc: &str) -> BTreeMap<i64, Value> {
             "-n",
             OP_NS,
             "-l",
-            &format!("ruleop.dev/rule={RULE}"),
+            &format!("ruleop.dev/rule={rule}"),
             "-o",
             "json",
         ],
@@ -135,9 +137,9 @@ fn revisions(kc: &str) -> BTreeMap<i64, Value> {
         .collect()
 }
 
-/// A revision's spec compiled as ruleop compiles it.
-fn compile(spec: &Value) -> Option<Arc<CompiledRule>> {
-    let obj = json!({"metadata": {"name": RULE, "uid": "u", "generation": 1}, "spec": spec});
+/// A revision's spec of Rule `rule` compiled as ruleop compiles it.
+fn compile(rule: &str, spec: &Value) -> Option<Arc<CompiledRule>> {
+    let obj = json!({"metadata": {"name": rule, "uid": "u", "generation": 1}, "spec": spec});
     ruleop::rules::object::load_object(&obj).rule
 }
 
@@ -174,15 +176,24 @@ fn boxes(kc: &str) -> Vec<Seen> {
 }
 
 /// For each resource, the revisions it may be on now: the one that last reconciled it,
-/// the one the rollout in the Rule's status gives it (by its rank), and the spec last
-/// applied while no rollout to it is recorded yet (any resource may be its canary).
-fn on(kc: &str, applied: &str) -> BTreeMap<String, Vec<Arc<CompiledRule>>> {
-    let status = rule_status(kc);
-    let compiled: BTreeMap<i64, Arc<CompiledRule>> = revisions(kc)
+/// the one the rollout in Rule `serving`'s status gives it (by its rank), and the spec last
+/// applied while no rollout to it is recorded yet (any resource may be its canary). A
+/// resource whose pin was set before the rule last started (`certain`: the pins it read
+/// then) is on that revision alone, or the one that last reconciled it: a pin holds what it
+/// pins, the kinds the newest dropped included.
+fn on(
+    kc: &str,
+    serving: &str,
+    applied: &str,
+    certain: &BTreeMap<String, i64>,
+) -> BTreeMap<String, Vec<Arc<CompiledRule>>> {
+    let status = rule_status(kc, serving);
+    let compiled: BTreeMap<i64, Arc<CompiledRule>> = revisions(kc, serving)
         .iter()
-        .filter_map(|(n, spec)| Some((*n, compile(spec)?)))
+        .filter_map(|(n, spec)| Some((*n, compile(serving, spec)?)))
         .collect();
-    let newest = compile(&rule_object(RULE, applied)["spec"]).unwrap_or_else(|| load(applied));
+    let newest =
+        compile(serving, &rule_object(serving, applied)["spec"]).unwrap_or_else(|| load(applied));
     let progress = Progress::from_status(Some(&status["rollout"]));
     let current = status["revision"].as_i64();
     let recorded = progress.as_ref().map(|p| p.revision).or(current);
@@ -195,6 +206,14 @@ fn on(kc: &str, applied: &str) -> BTreeMap<String, Vec<Arc<CompiledRule>>> {
             let mut revs: Vec<Arc<CompiledRule>> = Vec::new();
             if let Some(r) = b.revision.and_then(|n| compiled.get(&n)) {
                 revs.push(r.clone());
+            }
+            let held = certain
+                .get(&b.name)
+                .filter(|n| b.pinned == Some(**n))
+                .and_then(|n| compiled.get(n));
+            if let Some(r) = held {
+                revs.push(r.clone());
+                return (b.name, revs);
             }
             if let Some(newest_number) = current {
                 let r = Resource {
@@ -210,7 +229,8 @@ fn on(kc: &str, applied: &str) -> BTreeMap<String, Vec<Arc<CompiledRule>>> {
                 if let Some(r) = compiled.get(&n) {
                     revs.push(r.clone());
                 }
-                // A pin to a revision that is not loaded gets the newest.
+                // A pin the rule has not read yet, or to a revision that is not loaded,
+                // gets the newest.
                 if b.pinned.is_some() {
                     revs.push(newest.clone());
                 }
@@ -221,6 +241,46 @@ fn on(kc: &str, applied: &str) -> BTreeMap<String, Vec<Arc<CompiledRule>>> {
             (b.name, revs)
         })
         .collect()
+}
+
+/// The (apiVersion, kind) of a rule's children.
+fn kinds(rule: &CompiledRule) -> BTreeSet<(String, String)> {
+    rule.children
+        .iter()
+        .map(|c| (c.api_version.clone(), c.kind.clone()))
+        .collect()
+}
+
+/// A revision to pin: half the time one that makes a kind the newest does not (when Rule
+/// `serving` keeps one), else any it keeps, or one it never had.
+fn a_pin(kc: &str, serving: &str, newest: &str, rng: &mut fastrand::Rng) -> String {
+    let kept = revisions(kc, serving);
+    let numbers: Vec<i64> = kept.keys().copied().collect();
+    let now = kinds(&load(newest));
+    let dropped: Vec<i64> = kept
+        .iter()
+        .filter_map(|(n, spec)| Some((*n, compile(serving, spec)?)))
+        .filter(|(_, r)| !kinds(r).is_subset(&now))
+        .map(|(n, _)| n)
+        .collect();
+    match rng.usize(0..4) {
+        0 => format!("{}", numbers.iter().max().unwrap_or(&0) + 5),
+        1 => "-".into(),
+        2 if !dropped.is_empty() => format!("{}", dropped[rng.usize(0..dropped.len())]),
+        _ => format!(
+            "{}",
+            numbers
+                .get(rng.usize(0..numbers.len().max(1)))
+                .unwrap_or(&1)
+        ),
+    }
+}
+
+/// Rule `from` deleted, then Rule `to` applied with `text`: `to` takes the kind over.
+fn take_over(kc: &str, from: &str, to: &str, text: &str) -> String {
+    kubectl_at(kc, &["delete", "rule", from], None);
+    apply(kc, &rule_object(to, text));
+    format!("Rule {from} deleted, {to} takes the kind over")
 }
 
 /// Applies Rule `name` (the current shape, its children's names ending in `suffix`) when
@@ -295,9 +355,13 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
     let mut shared_in_ns: Vec<Value> = shared.clone();
     let expect_all = expected_all;
     // What each resource's every possible revision renders for it: no replica may delete it.
-    let expect_every = |newest: &str, specs: &BTreeMap<String, Value>, shared: &[Value]| {
+    let expect_every = |serving: &str,
+                        certain: &BTreeMap<String, i64>,
+                        newest: &str,
+                        specs: &BTreeMap<String, Value>,
+                        shared: &[Value]| {
         let mut out = BTreeSet::new();
-        for (name, revs) in on(&kc, newest) {
+        for (name, revs) in on(&kc, serving, newest, certain) {
             let Some(spec) = specs.get(&name) else {
                 continue;
             };
@@ -316,14 +380,28 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
     let mut named = false;
     let mut named_ever = false;
     let mut deep = false;
+    // The Rule serving the kind (`churn`, or its heir after a takeover).
+    let mut serving = RULE.to_string();
+    // Each pin set, and the step it was set at; the last step the rule started at (a new
+    // revision): a pin set before it was read then, and holds.
+    let mut pins: BTreeMap<String, (i64, usize)> = BTreeMap::new();
+    let mut last_start = 0;
+    let certain = |pins: &BTreeMap<String, (i64, usize)>, last_start: usize| {
+        pins.iter()
+            .filter(|(_, (_, at))| *at < last_start)
+            .map(|(b, (n, _))| (b.clone(), *n))
+            .collect::<BTreeMap<String, i64>>()
+    };
     for step in 0..steps {
         let newest = applied.last().unwrap().clone();
-        let before = expect_every(&newest, &specs, &shared_in_ns);
+        let held = certain(&pins, last_start);
+        let before = expect_every(&serving, &held, &newest, &specs, &shared_in_ns);
         let started = Timestamp::now();
         // (Every run has a Rule named as the files' rule, a third of the way, a pin, half
         // way, and a hostile resource, two thirds of the way, at least once.)
-        let pick = match rng.usize(0..25) {
+        let pick = match rng.usize(0..27) {
             _ if step == steps / 3 && !named_ever => 22,
+            _ if step == 5 * steps / 6 && !counts.contains_key("takeovers") => 25,
             _ if step == 2 * steps / 3 && !deep => 23,
             _ if step == steps / 2 && !counts.contains_key("pins") => 24,
             p => p,
@@ -331,16 +409,22 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
         let (kind, what): (&str, String) = match pick {
             0..=4 => {
                 let what = shape.mutate(&mut rng);
+                if shape.text() != newest {
+                    last_start = step;
+                }
                 applied.push(shape.text());
-                apply(&kc, &rule_object(RULE, &shape.text()));
+                apply(&kc, &rule_object(&serving, &shape.text()));
                 ("edits", format!("rule edit: {what}"))
             }
             5 if applied.len() > 1 => {
                 // An earlier spec again: that revision again, rolled out as any other.
                 let i = rng.usize(0..applied.len() - 1);
                 let text = applied[i].clone();
+                if text != newest {
+                    last_start = step;
+                }
                 applied.push(text.clone());
-                apply(&kc, &rule_object(RULE, &text));
+                apply(&kc, &rule_object(&serving, &text));
                 ("reapplies", format!("spec {i} applied again"))
             }
             6 => {
@@ -350,7 +434,7 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
                     &[
                         "annotate",
                         "rule",
-                        RULE,
+                        &serving,
                         &format!("ruleop.dev/rollout={action}"),
                         "--overwrite",
                     ],
@@ -455,16 +539,10 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
                     .nth(rng.usize(0..specs.len()))
                     .cloned()
                     .unwrap();
-                let numbers: Vec<i64> = revisions(&kc).keys().copied().collect();
-                let pin = match rng.usize(0..3) {
-                    0 => format!("{}", numbers.iter().max().unwrap_or(&0) + 5),
-                    1 => "-".into(),
-                    _ => format!(
-                        "{}",
-                        numbers
-                            .get(rng.usize(0..numbers.len().max(1)))
-                            .unwrap_or(&1)
-                    ),
+                let pin = a_pin(&kc, &serving, &newest, &mut rng);
+                match pin.parse::<i64>() {
+                    Ok(n) => pins.insert(name.clone(), (n, step)),
+                    Err(_) => pins.remove(&name),
                 };
                 let annotation = match pin.as_str() {
                     "-" => "ruleop.dev/revision-".to_string(),
@@ -485,6 +563,21 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
                 );
                 ("pins", format!("{name} pins {pin}"))
             }
+            25 | 26 if !second && !named => {
+                // The serving Rule deleted, another takes the kind over (half the time
+                // without the orphaned child: the old one's orphans must be let go).
+                let heir = if serving == RULE { HEIR } else { RULE };
+                if shape.keep && rng.bool() {
+                    shape.keep = false;
+                }
+                let what = take_over(&kc, &serving, heir, &shape.text());
+                applied.push(shape.text());
+                serving = heir.to_string();
+                // (Its revisions are numbered afresh: the pins set are not its own.)
+                pins.clear();
+                last_start = step;
+                ("takeovers", what)
+            }
             _ if !deep => {
                 // One resource no decoder of 128 levels reads: it fails alone.
                 let body = format!(
@@ -502,7 +595,14 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
             _ => continue,
         };
         *counts.entry(kind).or_default() += 1;
-        let after = expect_every(applied.last().unwrap(), &specs, &shared_in_ns);
+        let held = certain(&pins, last_start);
+        let after = expect_every(
+            &serving,
+            &held,
+            applied.last().unwrap(),
+            &specs,
+            &shared_in_ns,
+        );
         println!("churn (Rules): step {step}: {what}");
         marks.push((started, before, after, what));
         keeps.extend(
@@ -531,6 +631,12 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
         );
         kubectl_at(&kc, &["delete", "rule", FILE_RULE], None);
     }
+    // The kind back with `churn` (the end is read from it).
+    if serving != RULE {
+        let what = take_over(&kc, &serving, RULE, applied.last().unwrap());
+        println!("churn (Rules): {what}");
+        *counts.entry("takeovers").or_default() += 1;
+    }
     // Every pin taken off: the end is the revision in force's, everywhere.
     kubectl_at(
         &kc,
@@ -553,7 +659,7 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
     let mut rule = load(applied.last().unwrap());
     let took = std::time::Instant::now();
     eventually(Duration::from_secs(300), "every resource converged", || {
-        let status = rule_status(&kc);
+        let status = rule_status(&kc, RULE);
         let ro = status["rollout"].clone();
         if ro["phase"] == "Paused" {
             kubectl_at(
@@ -571,7 +677,7 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
         let in_force = if ro["phase"] == "RolledBack" {
             ro["from"]
                 .as_i64()
-                .and_then(|n| revisions(&kc).get(&n).and_then(compile))
+                .and_then(|n| revisions(&kc, RULE).get(&n).and_then(|s| compile(RULE, s)))
         } else {
             Some(load(applied.last().unwrap()))
         };

@@ -371,9 +371,10 @@ async fn a_deleted_rule_releases_its_finalizers_and_lets_its_orphans_go() {
     common::delete_namespace(&ns);
 }
 
-/// A Rule taking over a removed Rule's kind first lets go the removed one's children that
-/// ask to be orphaned: the new Rule's finalizers are then the box's own, and deleting the
-/// box leaves those children (the removed Rule's other children go with the box).
+/// A Rule taking over a removed Rule's kind first takes the removed one's children of the
+/// kinds it makes (they are its own from then on: kept when it renders them, let go or
+/// pruned as any child of its when not) and lets go its other children that ask to be
+/// orphaned. Deleting the box afterwards leaves every orphan.
 #[tokio::test]
 async fn a_rule_taking_over_a_removed_rules_kind_lets_its_orphans_go_first() {
     let client = common::client().await;
@@ -395,9 +396,9 @@ async fn a_rule_taking_over_a_removed_rules_kind_lets_its_orphans_go_first() {
             "600",
         ],
     );
-    let cm = |id: &str, extra: &str| {
-        json!({"id": id, "onRemove": extra, "template": {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": format!("{{{{ name }}}}-{id}")}, "data": {"a": "1"}}})
+    let child = |id: &str, kind: &str, extra: &str| {
+        json!({"id": id, "onRemove": extra, "template": {"apiVersion": "v1", "kind": kind,
+            "metadata": {"name": format!("{{{{ name }}}}-{id}")}, "data": {"a": "MQ=="}}})
     };
     let rule = |name: &str, children: Value| {
         json!({"apiVersion": "ruleop.dev/v1alpha1", "kind": "Rule",
@@ -405,37 +406,56 @@ async fn a_rule_taking_over_a_removed_rules_kind_lets_its_orphans_go_first() {
             "spec": {"watch": {"group": "trust.ruleop.dev", "version": "v1", "resource": "boxes"},
                 "children": children}})
     };
-    apply(&rule(
-        &old,
-        json!([cm("app", "Delete"), cm("keep", "Orphan")]),
-    ));
+    let children = json!([
+        child("app", "ConfigMap", "Delete"),
+        child("keep", "ConfigMap", "Orphan"),
+        child("vault", "Secret", "Orphan")
+    ]);
+    apply(&rule(&old, children));
     common::apply_box(&ns, "b", json!({}));
-    eventually(T, "the old rule's children", || async {
+    let app = eventually(T, "the old rule's children", || async {
         let b = get_json("box", &ns, "b")?;
         let f = b["metadata"]["finalizers"].to_string();
+        let vault = get_json("secret", &ns, "b-vault")?;
         (f.contains("ruleop.dev/orphan") && get_json("configmap", &ns, "b-keep").is_some())
-            .then_some(())
+            .then_some(vault)?;
+        get_json("configmap", &ns, "b-app")
     })
     .await;
-    // The old Rule goes; the new one serves the kind at once, with no orphan of its own.
+    // The old Rule goes; the new one serves the kind at once: ConfigMaps only, none asking
+    // to be orphaned.
     kubectl_ok(&["delete", "rule", &old], None);
-    apply(&rule(&new, json!([cm("web", "Delete")])));
-    eventually(T, "the new rule's child, the old orphan let go", || async {
-        let keep = get_json("configmap", &ns, "b-keep")?;
-        let let_go = keep["metadata"]["ownerReferences"]
+    let children = json!([
+        child("app", "ConfigMap", "Delete"),
+        child("web", "ConfigMap", "Delete")
+    ]);
+    apply(&rule(&new, children));
+    let let_go = |o: &Value| {
+        o["metadata"]["ownerReferences"]
             .as_array()
-            .is_none_or(Vec::is_empty);
-        (get_json("configmap", &ns, "b-web").is_some() && let_go).then_some(())
-    })
+            .is_none_or(Vec::is_empty)
+            && o["metadata"]["labels"]["ruleop.dev/rule"].is_null()
+    };
+    eventually(
+        T,
+        "the new rule's children, the old orphans let go",
+        || async {
+            let keep = get_json("configmap", &ns, "b-keep")?;
+            let vault = get_json("secret", &ns, "b-vault")?;
+            let app = get_json("configmap", &ns, "b-app")?;
+            let mine = app["metadata"]["labels"]["ruleop.dev/rule"] == new.as_str();
+            let web = get_json("configmap", &ns, "b-web").is_some();
+            (web && mine && let_go(&keep) && let_go(&vault)).then_some(())
+        },
+    )
     .await;
-    let keep = get_json("configmap", &ns, "b-keep").unwrap();
-    assert!(
-        keep["metadata"]["labels"]["ruleop.dev/rule"].is_null(),
-        "let go, not the new rule's: {keep}"
+    let now = get_json("configmap", &ns, "b-app").unwrap();
+    assert_eq!(
+        now["metadata"]["uid"], app["metadata"]["uid"],
+        "the child both rules make is taken over, not made again"
     );
     kubectl_ok(&["delete", "box", "b", "-n", &ns, "--wait=false"], None);
-    // The garbage collector took the box's children (the new rule's and the old one's
-    // that did not ask to be orphaned): the orphan stays.
+    // The garbage collector took the box's owned children: the orphans stay.
     eventually(T, "the box and its owned children gone", || async {
         let gone = ["b-web", "b-app"]
             .iter()
@@ -444,8 +464,9 @@ async fn a_rule_taking_over_a_removed_rules_kind_lets_its_orphans_go_first() {
     })
     .await;
     assert!(
-        get_json("configmap", &ns, "b-keep").is_some(),
-        "the old rule's orphan outlives the box"
+        get_json("configmap", &ns, "b-keep").is_some()
+            && get_json("secret", &ns, "b-vault").is_some(),
+        "the old rule's orphans outlive the box"
     );
     let _ = kubectl(&["delete", "rule", &new], None);
     common::delete_namespace(&ns);

@@ -1,12 +1,15 @@
-//! Which rule served a kind last, and a takeover that keeps that rule's promise to its
-//! orphans. Each rule, when it starts, records in the inventory (`_serves.<key>`) the kind
-//! it serves. A rule that starts on a kind another rule served (that rule removed, or
-//! refused since) first lets go the other rule's children that ask to be orphaned
-//! (`onRemove: Orphan`) and whose resource is of the kind, as that rule's release would
-//! have: from then on the new rule's finalizers are the resources' own, and deleting a
-//! resource never takes those children with it. The other children of the old rule stay,
-//! owned by their resource (the garbage collector takes them with it), and are not the new
-//! rule's. The takeover runs before the new rule reconciles anything, retried until done.
+//! Which rule served a kind last, and a takeover that keeps that rule's promises. Each
+//! rule, when it starts, records in the inventory (`_serves.<key>`) the kind it serves. A
+//! rule that starts on a kind another rule served (that rule removed, or refused since)
+//! first takes over that rule's children of the kinds it makes itself (the rule label
+//! moves to it: from then on they are its own, rendered, pruned or let go as any child of
+//! its), and lets go that rule's other children that ask to be orphaned (`onRemove:
+//! Orphan`), as the old rule's release would have. Only children whose controller is a
+//! resource of the kind move. So the new rule's finalizers are the resources' own, and
+//! deleting a resource never takes the old rule's data with it. The old rule's other
+//! children (of kinds the new one does not make, not asking to be orphaned) stay owned by
+//! their resource and go with it. The takeover runs before the new rule reconciles
+//! anything, retried until done.
 
 use super::inventory::{Inventory, InventoryError, key, parent_uids};
 use crate::lifecycle::Made;
@@ -31,6 +34,14 @@ pub enum TakeoverError {
         #[source]
         source: LetGoError,
     },
+    #[error("taking rule `{rule}`'s {kind} children over: {message}")]
+    HandOver {
+        rule: String,
+        kind: String,
+        message: String,
+    },
+    #[error("not the leader: nothing written")]
+    NotLeader,
 }
 
 /// The record of the kind one rule serves.
@@ -120,25 +131,10 @@ async fn once(t: &Takeover<'_>) -> Result<(), TakeoverError> {
     let data = inventory.all().await?;
     let before = predecessors(&data, &me);
     if !before.is_empty() {
-        let client = &inventory.client;
-        let uids = parent_uids(client, t.rule, t.namespace).await?;
+        let uids = parent_uids(&inventory.client, t.rule, t.namespace).await?;
         for (served_key, old, kinds) in before {
-            let pairs = kinds.iter().map(Made::pair);
-            let n = let_go(
-                client,
-                &inventory.fence,
-                &old.rule,
-                pairs,
-                t.namespace,
-                &uids,
-                false,
-            )
-            .await
-            .map_err(|source| TakeoverError::LetGo {
-                rule: old.rule.clone(),
-                source,
-            })?;
-            tracing::info!(from = %old.rule, kind = %me.kind, let_go = n, "the kind was served by another rule: its children that ask to be orphaned let go before this rule takes the kind over");
+            let (moved, let_go) = take_from(t, &old.rule, &kinds, &uids).await?;
+            tracing::info!(from = %old.rule, kind = %me.kind, taken_over = moved, let_go, "the kind was served by another rule: its children of this rule's kinds are this rule's now, its other children that ask to be orphaned let go");
             inventory.remove(&served_key).await?;
         }
     }
@@ -147,6 +143,98 @@ async fn once(t: &Takeover<'_>) -> Result<(), TakeoverError> {
         .set(&served_key(&me.rule, t.namespace), value)
         .await?;
     Ok(())
+}
+
+/// Takes over rule `old`'s children of the kinds `t.rule` makes, lets go its others that
+/// ask to be orphaned (of `kinds`, the kinds recorded for it), of the resources `uids`;
+/// how many of each.
+async fn take_from(
+    t: &Takeover<'_>,
+    old: &str,
+    kinds: &BTreeSet<Made>,
+    uids: &BTreeSet<String>,
+) -> Result<(usize, usize), TakeoverError> {
+    let client = &t.inventory.client;
+    let fence = &t.inventory.fence;
+    // (Every kind it makes is looked at, recorded for the old rule or not.)
+    let mine = crate::lifecycle::kinds::kinds_of(t.rule);
+    let mut moved = 0;
+    for made in &mine {
+        moved += hand_over(t, old, made, uids).await?;
+    }
+    let pairs: Vec<(String, String)> = kinds
+        .iter()
+        .filter(|k| !mine.iter().any(|m| m.group_kind() == k.group_kind()))
+        .map(Made::pair)
+        .collect();
+    let n = let_go(client, fence, old, pairs, t.namespace, uids, false)
+        .await
+        .map_err(|source| TakeoverError::LetGo {
+            rule: old.to_string(),
+            source,
+        })?;
+    Ok((moved, n))
+}
+
+/// Moves rule `old`'s label to `t.rule` on its objects of `made` whose controller is one
+/// of `uids` (one merge patch each, only if the object is still the version read).
+async fn hand_over(
+    t: &Takeover<'_>,
+    old: &str,
+    made: &Made,
+    uids: &BTreeSet<String>,
+) -> Result<usize, TakeoverError> {
+    use crate::render::RULE_LABEL;
+    use kube::ResourceExt;
+    use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+    let client = &t.inventory.client;
+    let failed = |message: String| TakeoverError::HandOver {
+        rule: old.to_string(),
+        kind: made.kind.clone(),
+        message,
+    };
+    let (group, version) = crate::schema::kinds::group_version(&made.api_version);
+    let resolved = match crate::cache::discovery::child(client, group, version, &made.kind).await {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(0),
+        Err(e) => return Err(failed(e.to_string())),
+    };
+    let ar = &*resolved.resource;
+    let api: Api<DynamicObject> = match t.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    };
+    let selector = format!("{RULE_LABEL}={old}");
+    let list = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let mut n = 0;
+    for o in &list.items {
+        let ours = crate::cache::owners::controller_uid(o).is_some_and(|u| uids.contains(u));
+        if !ours {
+            continue;
+        }
+        if !t.inventory.fence.holds() {
+            return Err(TakeoverError::NotLeader);
+        }
+        let ns = o.namespace().unwrap_or_default();
+        let body = serde_json::json!({"metadata": {
+            "resourceVersion": o.metadata.resource_version,
+            "labels": {RULE_LABEL: t.rule.name},
+        }});
+        let one: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, ar);
+        match one
+            .patch(&o.name_any(), &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(_) => n += 1,
+            // Gone, or changed since read: the next try reads it again.
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(failed(e.to_string())),
+        }
+    }
+    Ok(n)
 }
 
 #[cfg(test)]

@@ -129,18 +129,17 @@ pub(super) fn revisions(
 }
 
 /// The revisions the rule's resources pin (`ruleop.dev/revision`), read once from a list
-/// of their metadata; empty when pins are disabled or the rule keeps no other revision.
-/// Retried until read, or the rule is stopped (None).
+/// of their metadata when the rule starts: kept whatever the history limit, and loaded.
+/// Empty for a rule from a file (no revisions) or with pins disabled. Retried until read,
+/// or the rule is stopped (None).
 pub(super) async fn pinned(
     client: &kube::Client,
     parent: &crate::cache::discovery::Resolved,
     namespace: Option<&str>,
     rule: &CompiledRule,
-    history: Option<&History>,
     stop: &tokio::sync::watch::Receiver<bool>,
 ) -> Option<BTreeSet<i64>> {
-    let others = history.is_some_and(|h| h.kept.keys().any(|n| *n != h.current));
-    if !others || rule.pins != crate::rules::spec::Pins::Allowed {
+    if rule.object.is_none() || rule.pins != crate::rules::spec::Pins::Allowed {
         return Some(BTreeSet::new());
     }
     let api: kube::Api<kube::api::DynamicObject> = match namespace {

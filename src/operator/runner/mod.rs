@@ -139,15 +139,17 @@ async fn recorded(
     client: &Client,
     opts: &Options,
     rule: &CompiledRule,
+    pinned: &std::collections::BTreeSet<i64>,
     stop: &watch::Receiver<bool>,
 ) -> Option<(super::revisions::History, std::collections::BTreeSet<i64>)> {
     // A rollout's revisions are kept whatever the history limit: its previous one, and its
-    // new one (the previous one of the rollout this edit starts).
+    // new one (the previous one of the rollout this edit starts); so are those pinned.
     let keep: Vec<i64> = saved_rollout(rule, opts)
         .map(|r| [r["from"].as_i64(), r["revision"].as_i64()])
         .into_iter()
         .flatten()
         .flatten()
+        .chain(pinned.iter().copied())
         .collect();
     loop {
         let read = async {
@@ -360,9 +362,14 @@ async fn run(
             .map_or(PruneFrom::Never, PruneFrom::At),
         Retire::Never => PruneFrom::Never,
     };
+    // The revisions the resources pin: kept whatever the history limit, and in force.
+    let pins = loaded::pinned(&client, &parent, scope, &rule, &stop);
+    let Some(pinned) = pins.await else {
+        return;
+    };
     // A Rule object's spec is a revision: found, or recorded as the next one.
     let (history, rolled_back) = match rule.object {
-        Some(_) => match recorded(&own, &opts, &rule, &stop).await {
+        Some(_) => match recorded(&own, &opts, &rule, &pinned, &stop).await {
             Some((h, rolled_back)) => (Some(h), rolled_back),
             None => return,
         },
@@ -387,10 +394,6 @@ async fn run(
     if progress.is_none() {
         info.set_rollout(None);
     }
-    let pins = loaded::pinned(&client, &parent, scope, &rule, history.as_ref(), &stop);
-    let Some(pinned) = pins.await else {
-        return;
-    };
     let loaded = loaded::revisions(
         &rule,
         history.as_ref(),
