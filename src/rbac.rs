@@ -161,6 +161,16 @@ fn identities(rules: &[Arc<CompiledRule>], t: &Target, ruleop: &Value) -> Vec<Va
             policy_rules(&perms),
             &subject,
         ));
+        // ruleop defines its kind for it (its CRD, its conversions) only while the
+        // account may update that CRD, by name.
+        let defines = (t.install_crds && rule.crd.is_some()) || rule.conversion.is_some();
+        if let Some(crd) = rule.crd_name().filter(|_| defines) {
+            let define = format!("{name}-define");
+            out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": define},
+                "rules": [{"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "resourceNames": [crd], "verbs": ["update"]}]}));
+            out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": define},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": define}, "subjects": subject}));
+        }
     }
     for (ns, names) in accounts {
         let rules = vec![

@@ -471,3 +471,84 @@ async fn a_rule_taking_over_a_removed_rules_kind_lets_its_orphans_go_first() {
     let _ = kubectl(&["delete", "rule", &new], None);
     common::delete_namespace(&ns);
 }
+
+/// A Rule that runs as a ServiceAccount and has ruleop define its kind (`--install-crds`
+/// applies the CRD from its `schema`) gets nothing defined while the account may not
+/// `update` that CRD: the Rule's status names what is missing; granted, the CRD is
+/// installed with no restart.
+#[tokio::test]
+async fn a_kind_is_defined_for_a_rule_only_once_its_account_may_update_the_crd() {
+    let client = common::client().await;
+    install_crds(&[RULE_CRD]);
+    let ns = common::namespace(&client, "define").await;
+    let name = format!("things-{ns}");
+    let group = format!("{ns}.ruleop.dev");
+    let crd = format!("things.{group}");
+    let selector = format!("ruleop.dev/test={ns}");
+    let _op = Operator::start(
+        &ns,
+        &[],
+        &[
+            "--rule-objects=true",
+            "--rule-selector",
+            &selector,
+            "--lease-namespace",
+            &ns,
+            "--install-crds",
+        ],
+    );
+    kubectl_ok(&["create", "serviceaccount", "maker", "-n", &ns], None);
+    apply(&json!({"apiVersion": "ruleop.dev/v1alpha1", "kind": "Rule",
+        "metadata": {"name": name, "labels": {"ruleop.dev/test": ns}},
+        "spec": {"watch": {"group": group, "version": "v1", "resource": "things"},
+            "serviceAccount": {"name": "maker", "namespace": ns},
+            "schema": {"kind": "Thing", "spec": {"text": "string"}},
+            "children": [{"id": "c", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "{{ name }}-c"}, "data": {"text": "{{ spec.text }}"}}}]}}));
+    let status = rule_status(&name, "the missing right named", |s| {
+        s["identity"]["missing"].to_string().contains(&crd)
+    })
+    .await;
+    assert_eq!(
+        status["identity"]["grant"][0]["resourceNames"],
+        json!([crd]),
+        "{status}"
+    );
+    assert!(
+        get_json("crd", "", &crd).is_none(),
+        "the CRD was installed for an account that may not update it"
+    );
+    // Granted: the CRD is installed.
+    let role = format!("define-{ns}");
+    kubectl_ok(
+        &[
+            "create",
+            "clusterrole",
+            &role,
+            "--verb=update",
+            "--resource=customresourcedefinitions.apiextensions.k8s.io",
+            &format!("--resource-name={crd}"),
+        ],
+        None,
+    );
+    kubectl_ok(
+        &[
+            "create",
+            "clusterrolebinding",
+            &role,
+            "--clusterrole",
+            &role,
+            "--serviceaccount",
+            &format!("{ns}:maker"),
+        ],
+        None,
+    );
+    eventually(T, "the CRD installed once granted", || async {
+        get_json("crd", "", &crd).map(|_| ())
+    })
+    .await;
+    let _ = kubectl(&["delete", "rule", &name], None);
+    let _ = kubectl(&["delete", "crd", &crd, "--wait=false"], None);
+    let _ = kubectl(&["delete", "clusterrole,clusterrolebinding", &role], None);
+    common::delete_namespace(&ns);
+}

@@ -153,7 +153,7 @@ impl Inventory {
 }
 
 /// The uids of the rule's custom resources, in scope.
-pub(super) async fn parent_uids(
+pub(crate) async fn parent_uids(
     client: &Client,
     rule: &CompiledRule,
     namespace: Option<&str>,

@@ -24,7 +24,6 @@ pub mod revisions;
 pub mod rule_status;
 pub mod runner;
 pub mod supervisor;
-pub mod takeover;
 pub mod telemetry;
 pub mod versions;
 pub mod webhook;
@@ -320,6 +319,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         policy: args.policy(),
         conversion: hook,
         storage_migration: args.storage_migration,
+        served: served.clone(),
     };
     let rule_api: kube::Api<kube::api::DynamicObject> =
         kube::Api::all_with(process.client.clone(), &objects::resource());

@@ -199,6 +199,12 @@ fn identity(r: &Running) -> Value {
             v["grant"] = json!(crate::access::review::grant(m));
         }
         Some(Blocked::CannotImpersonate(msg)) => v["cannotImpersonate"] = json!(msg),
+        Some(Blocked::MayNotDefine(crd)) => {
+            v["missing"] = json!([{"apiGroup": "apiextensions.k8s.io",
+                "resource": "customresourcedefinitions", "verb": "update", "name": crd}]);
+            v["grant"] = json!([{"apiGroups": ["apiextensions.k8s.io"],
+                "resources": ["customresourcedefinitions"], "resourceNames": [crd], "verbs": ["update"]}]);
+        }
         Some(Blocked::Unchecked(_)) => {}
         None => {}
     }

@@ -7,7 +7,7 @@ use kube::Client;
 use std::time::Duration;
 use tokio::sync::watch;
 
-pub(crate) async fn stopped(mut rx: watch::Receiver<bool>) {
+pub(super) async fn stopped(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 

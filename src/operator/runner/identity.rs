@@ -122,7 +122,9 @@ pub(super) async fn preflight(
         };
         gauge.set(match &blocked {
             Some(Blocked::Missing(m)) => m.len() as i64,
-            Some(Blocked::CannotImpersonate(_) | Blocked::Unchecked(_)) => 1,
+            Some(
+                Blocked::CannotImpersonate(_) | Blocked::Unchecked(_) | Blocked::MayNotDefine(_),
+            ) => 1,
             None => 0,
         });
         info.set_blocked(blocked.clone());

@@ -3,11 +3,11 @@
 //! label-selected, cached watch ([`crate::cache::watches`]). Stops gracefully when told to.
 
 use super::inventory;
-pub(crate) use discover::stopped;
-use discover::{distinct_kinds, wait_for};
+use discover::{distinct_kinds, stopped, wait_for};
 
 mod census;
 mod crd_follow;
+mod define;
 mod discover;
 pub mod identity;
 mod loaded;
@@ -15,6 +15,7 @@ pub mod parts;
 pub use parts::{Options, RuleInfo};
 mod queue;
 mod rollout;
+mod takeover;
 use crate::cache::cached::Cached;
 use crate::cache::discovery;
 use crate::cache::watches::{SyncTracker, child_watch, existing_watch, parent_watch};
@@ -254,6 +255,12 @@ async fn run(
     let Some((process, client)) = identity::acting(&rule, &opts, &stop).await else {
         return;
     };
+    // A kind ruleop defines for the rule (its CRD, its conversions): only once its account
+    // may update that CRD.
+    if !define::may_define(&rule, &opts, &info, &stop).await {
+        return;
+    }
+    opts.served.allow_conversion(&rule);
     // The CRD is installed beside the rule, tried again while it fails; the rule runs
     // against the CRD the cluster serves meanwhile.
     let _install = opts.install_crds.then(|| -> Option<AbortOnDrop> {
@@ -347,12 +354,12 @@ async fn run(
         return;
     };
     // A kind another rule served: its orphans are let go before this rule reconciles.
-    let takeover = super::takeover::Takeover {
+    let takeover = takeover::Takeover {
         inventory: inventory(),
         rule: &rule,
         namespace: scope,
     };
-    if super::takeover::take_over(takeover, &stop).await.is_none() {
+    if takeover::take_over(takeover, &stop).await.is_none() {
         return;
     }
     let prune_from = match allowed.prune {

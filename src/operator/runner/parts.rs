@@ -43,6 +43,8 @@ pub struct Options {
     pub conversion: Option<crate::operator::webhook::Hook>,
     /// Who migrates a kind's stored objects to a new storage version.
     pub storage_migration: crate::operator::migrate::By,
+    /// The kinds served and their conversions (a rule's join once it may define its kind).
+    pub served: Arc<crate::operator::webhook::review::Served>,
 }
 
 /// What a running rule shows of itself (for a Rule's status).
@@ -102,6 +104,9 @@ pub enum Blocked {
     CannotImpersonate(String),
     /// The API server has not answered yet (the error): the rule waits, unchecked.
     Unchecked(String),
+    /// ruleop would define the kind (its CRD, its conversions) and the account may not
+    /// `update` that CRD (its name).
+    MayNotDefine(String),
 }
 
 impl Blocked {
@@ -114,6 +119,9 @@ impl Blocked {
             ),
             Blocked::Unchecked(e) => format!(
                 "the permissions of the ServiceAccount {who} could not be checked yet ({e}); asking again"
+            ),
+            Blocked::MayNotDefine(crd) => format!(
+                "ruleop would define the rule's kind (the CRD {crd} from its `schema`, or its conversions), and the ServiceAccount {who} may not `update` customresourcedefinitions/{crd}; grant it {{\"apiGroups\":[\"apiextensions.k8s.io\"],\"resources\":[\"customresourcedefinitions\"],\"resourceNames\":[\"{crd}\"],\"verbs\":[\"update\"]}} in a ClusterRole bound to it, or leave the kind's CRD to whoever owns it"
             ),
         }
     }

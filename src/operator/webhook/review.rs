@@ -48,12 +48,22 @@ impl Served {
         if let Ok(mut s) = self.0.write() {
             *s = now;
         }
+        // (A rule that runs as an account converts once that account may define its kind:
+        // see `allow_conversion`.)
+        for r in rules.iter().filter(|r| r.identity.is_none()) {
+            self.allow_conversion(r);
+        }
+    }
+
+    /// `rule`'s conversions served from now on (for its group and kind), if it has any.
+    pub fn allow_conversion(&self, rule: &Arc<CompiledRule>) {
+        if rule.conversion.is_none() {
+            return;
+        }
         if let Ok(mut c) = self.1.write() {
-            for r in rules.iter().filter(|r| r.conversion.is_some()) {
-                let kind = r.crd_kind();
-                c.retain(|old| !(old.watch.group == r.watch.group && old.crd_kind() == kind));
-                c.push(r.clone());
-            }
+            let kind = rule.crd_kind();
+            c.retain(|old| !(old.watch.group == rule.watch.group && old.crd_kind() == kind));
+            c.push(rule.clone());
         }
     }
 

@@ -11,8 +11,9 @@
 //! their resource and go with it. The takeover runs before the new rule reconciles
 //! anything, retried until done.
 
-use super::inventory::{Inventory, InventoryError, key, parent_uids};
+use super::discover::stopped;
 use crate::lifecycle::Made;
+use crate::operator::inventory::{Inventory, InventoryError, key, parent_uids};
 use crate::reconcile::deletion::{LetGoError, let_go};
 use crate::rules::CompiledRule;
 use serde::{Deserialize, Serialize};
@@ -98,7 +99,7 @@ pub fn predecessors(
 
 /// Where a takeover acts: ruleop's own client (the rule's predecessor may have run as an
 /// account the new rule cannot act as).
-pub struct Takeover<'a> {
+pub(super) struct Takeover<'a> {
     pub inventory: Inventory,
     pub rule: &'a CompiledRule,
     pub namespace: Option<&'a str>,
@@ -107,7 +108,10 @@ pub struct Takeover<'a> {
 /// Lets go the orphans of the rules that served the kind before, then records that `rule`
 /// serves it; retried with backoff (1 s doubling to 1 min) until done, or the rule is
 /// stopped (None).
-pub async fn take_over(t: Takeover<'_>, stop: &tokio::sync::watch::Receiver<bool>) -> Option<()> {
+pub(super) async fn take_over(
+    t: Takeover<'_>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Option<()> {
     let mut attempt = 0u32;
     loop {
         match once(&t).await {
@@ -118,7 +122,7 @@ pub async fn take_over(t: Takeover<'_>, stop: &tokio::sync::watch::Receiver<bool
                 attempt += 1;
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
-                    _ = super::runner::stopped(stop.clone()) => return None,
+                    _ = stopped(stop.clone()) => return None,
                 }
             }
         }
