@@ -13,7 +13,9 @@
 //! - through the ValidatingAdmissionPolicies `deploy/` ships, with ruleop down: the
 //!   accounts, the `schema`s and the relabelling again, and pinning her resource to a
 //!   revision;
-//! - through `ruleop check --against-cluster --as alice`.
+//! - through `ruleop check --against-cluster --as alice`;
+//! - one table of writes (creates, spec, label-only, annotation-only and status-only
+//!   updates) answered alike by the webhook alone and by the policy alone.
 //!
 //! And the audit log shows that ruleop made no request into `team-b`, none on Secrets but
 //! its own certificate's, none on cluster-scoped RBAC, no path walking out of its name,
@@ -184,6 +186,98 @@ fn by_ruleop(e: &Value) -> bool {
         .as_str()
         .is_some_and(|a| a.starts_with("ruleop/"))
 }
+
+/// One table of writes of alice's, each a server-side dry run (admission answers, nothing
+/// is stored): creates, spec edits, label-only, annotation-only and status-only updates.
+/// Whether each would be stored, by name: the webhook alone and the policy alone must give
+/// the same answers.
+fn writes_table(kc: &str) -> Vec<(&'static str, bool)> {
+    let create = |obj: &Value| dry_run_as(kc, "alice", obj).0;
+    let run = |args: &[&str]| {
+        let mut args = args.to_vec();
+        args.extend(["--dry-run=server", "--as", "alice"]);
+        kubectl_at(kc, &args, None).0
+    };
+    let patch =
+        |name: &str, body: &str| run(&["patch", "rule", name, "--type", "merge", "-p", body]);
+    let other_account = json!({"serviceAccount": {"name": "builder", "namespace": "team-b"}});
+    vec![
+        (
+            "create: another team's account",
+            create(&rule("table-other", other_account)),
+        ),
+        (
+            "create: no account",
+            create(&rule("table-none", json!({"serviceAccount": null}))),
+        ),
+        (
+            "create: her own account",
+            create(&rule(
+                "table-own",
+                json!({"watch": {"group": "sec.example.com", "version": "v1", "resource": "tables"}}),
+            )),
+        ),
+        (
+            "create: a schema for GitOps' kind",
+            create(&rule(
+                "table-gadgets",
+                json!({"watch": {"group": "sec.example.com", "version": "v1", "resource": "gadgets"},
+                       "schema": {"kind": "Gadget", "spec": {"text": "string"}}}),
+            )),
+        ),
+        (
+            "spec: her rule",
+            patch("notes", r#"{"spec":{"revisionHistoryLimit":3}}"#),
+        ),
+        (
+            "spec: her rule onto team-b's account",
+            patch(
+                "notes",
+                r#"{"spec":{"serviceAccount":{"namespace":"team-b"}}}"#,
+            ),
+        ),
+        (
+            "spec: an admin's rule",
+            patch("admins-rule", r#"{"spec":{"revisionHistoryLimit":3}}"#),
+        ),
+        (
+            "labels: an admin's rule",
+            run(&["label", "rule", "admins-rule", "table=yes", "--overwrite"]),
+        ),
+        (
+            "labels: her rule",
+            run(&["label", "rule", "notes", "table=yes", "--overwrite"]),
+        ),
+        (
+            "annotations: an admin's rule",
+            run(&[
+                "annotate",
+                "rule",
+                "admins-rule",
+                "table=yes",
+                "--overwrite",
+            ]),
+        ),
+        (
+            "status: an admin's rule",
+            run(&[
+                "patch",
+                "rule",
+                "admins-rule",
+                "--subresource=status",
+                "--type",
+                "merge",
+                "-p",
+                r#"{"status":{"observedGeneration":1}}"#,
+            ]),
+        ),
+    ]
+}
+
+/// The answers every write of [`writes_table`] must get (alice may not write `rules/status`).
+const TABLE_ANSWERS: [bool; 11] = [
+    false, false, true, false, true, false, false, false, true, true, false,
+];
 
 /// A client of the cluster at `kc` acting as `user`.
 async fn client_as(kc: &str, user: &str) -> kube::Client {
@@ -566,6 +660,10 @@ async fn a_tenant_cannot_escalate_through_a_rule() {
     );
     let (ok, _, err) = annotate("alice");
     assert!(ok, "the webhook: {err}");
+    // The table of writes, through the webhook alone.
+    let through_webhook = writes_table(&kc);
+    let answers: Vec<bool> = through_webhook.iter().map(|(_, a)| *a).collect();
+    assert_eq!(answers, TABLE_ANSWERS, "the webhook: {through_webhook:?}");
 
     // `ruleop check --as`: the same answer, from a rules file.
     let file = dir.path().join("other.yaml");
@@ -657,6 +755,12 @@ async fn a_tenant_cannot_escalate_through_a_rule() {
     );
     let (ok, _, err) = annotate("alice");
     assert!(ok, "the policy: {err}");
+    // The same table through the policy alone: the same answer on every write.
+    assert_eq!(
+        writes_table(&kc),
+        through_webhook,
+        "the policy and the webhook answer the table of writes alike"
+    );
     // Pinning her resource to a revision takes a right she does not have; an admin has it.
     let pin = |user: Option<&str>| {
         let mut args = vec![

@@ -64,6 +64,8 @@ fn wanted(ctx: &Ctx, cr: &DynamicObject) -> Vec<&'static str> {
 pub enum LetGoError {
     #[error("reading the {kind} objects of the rule: {message}")]
     Read { kind: String, message: String },
+    #[error("reading the {kind} objects of the rule: forbidden ({message})")]
+    Forbidden { kind: String, message: String },
     #[error(transparent)]
     Apply(#[from] ApplyError),
     #[error("not the leader: nothing written")]
@@ -104,10 +106,19 @@ pub async fn let_go(
             Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
             None => Api::all_with(client.clone(), ar),
         };
-        let list = all
+        let list = match all
             .list(&kube::api::ListParams::default().labels(&selector))
             .await
-            .map_err(|e| read(e.to_string()))?;
+        {
+            Ok(l) => l,
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                return Err(LetGoError::Forbidden {
+                    kind: kind.clone(),
+                    message: s.message,
+                });
+            }
+            Err(e) => return Err(read(e.to_string())),
+        };
         for o in list.items.iter().filter(|o| every || apply::orphans(o)) {
             let Some(owner) =
                 crate::cache::owners::controller_uid(o).filter(|u| owners.contains(*u))
@@ -146,7 +157,9 @@ async fn let_go_unwatched(ctx: &Ctx, cr: &DynamicObject) -> Result<(), Reconcile
     .await
     {
         Ok(_) => Ok(()),
-        Err(LetGoError::Read { kind, message }) => Err(ReconcileError::Unwatched { kind, message }),
+        Err(LetGoError::Read { kind, message } | LetGoError::Forbidden { kind, message }) => {
+            Err(ReconcileError::Unwatched { kind, message })
+        }
         Err(LetGoError::Apply(e)) => Err(ReconcileError::Apply(e)),
         Err(LetGoError::NotLeader) => Err(ReconcileError::NotLeader),
     }

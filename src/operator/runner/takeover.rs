@@ -166,17 +166,27 @@ async fn take_from(
     for made in &mine {
         moved += hand_over(t, old, made, uids).await?;
     }
-    let pairs: Vec<(String, String)> = kinds
+    let mut n = 0;
+    for made in kinds
         .iter()
         .filter(|k| !mine.iter().any(|m| m.group_kind() == k.group_kind()))
-        .map(Made::pair)
-        .collect();
-    let n = let_go(client, fence, old, pairs, t.namespace, uids, false)
-        .await
-        .map_err(|source| TakeoverError::LetGo {
-            rule: old.to_string(),
-            source,
-        })?;
+    {
+        let pair = [made.pair()];
+        match let_go(client, fence, old, pair, t.namespace, uids, false).await {
+            Ok(k) => n += k,
+            // ruleop may not read the kind (its RBAC no longer covers it): nothing of it
+            // can be let go, and waiting would not change that.
+            Err(LetGoError::Forbidden { kind, message }) => {
+                tracing::warn!(from = %old, kind = %kind, error = %message, "the previous rule's children of this kind cannot be read: those that ask to be orphaned stay owned by their resource (grant ruleop `list` and `patch` on the kind, and restart the rule, to let them go)");
+            }
+            Err(source) => {
+                return Err(TakeoverError::LetGo {
+                    rule: old.to_string(),
+                    source,
+                });
+            }
+        }
+    }
     Ok((moved, n))
 }
 
@@ -209,10 +219,16 @@ async fn hand_over(
         None => Api::all_with(client.clone(), ar),
     };
     let selector = format!("{RULE_LABEL}={old}");
-    let list = api
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|e| failed(e.to_string()))?;
+    let list = match api.list(&ListParams::default().labels(&selector)).await {
+        Ok(l) => l,
+        // The rule may not read the kind (as ruleop): nor could it manage it; what the
+        // previous rule made of it stays as it is.
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            tracing::warn!(from = %old, kind = %made.kind, error = %s.message, "the previous rule's children of this kind cannot be read: they are not taken over");
+            return Ok(0);
+        }
+        Err(e) => return Err(failed(e.to_string())),
+    };
     let mut n = 0;
     for o in &list.items {
         let ours = crate::cache::owners::controller_uid(o).is_some_and(|u| uids.contains(u));
