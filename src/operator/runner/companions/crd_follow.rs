@@ -75,3 +75,20 @@ fn forbidden(e: &watcher::Error) -> bool {
         _ => false,
     }
 }
+
+/// The companion: every rule's CRD followed (by its name, `<resource>.<group>`).
+pub(super) const COMPANION: super::Companion<super::StartBeside> = super::Companion {
+    name: "CRD followed",
+    runs: |_, _| true,
+    start,
+};
+
+fn start(b: &super::Beside<'_>) -> Option<super::AbortOnDrop> {
+    let w = &b.early.rule.watch;
+    Some(super::spawn(follow(
+        b.early.own.clone(),
+        format!("{}.{}", w.resource, w.group),
+        b.status_schema.clone(),
+        b.reconcile_all.clone(),
+    )))
+}
