@@ -14,6 +14,7 @@ pub mod admin;
 pub mod args;
 pub mod ca_inject;
 pub mod crds;
+mod error;
 pub mod inventory;
 pub mod metrics_auth;
 pub mod migrate;
@@ -31,45 +32,18 @@ pub mod versions;
 pub mod webhook;
 
 pub use args::RunArgs;
+pub use error::RunError;
 
 use crate::client::lease::Election;
 use crate::client::{self, Guard};
 use crate::metrics::Metrics;
 use crate::rules::book::RuleBook;
 use admin::Health;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use steering::Steering;
 use supervisor::Supervisor;
-
-/// Errors that stop `ruleop run`.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error("no rule could be loaded from {paths:?}: {problems}")]
-    NoRules {
-        paths: Vec<PathBuf>,
-        problems: String,
-    },
-    #[error("cannot reach the cluster: {0}")]
-    Client(#[source] kube::Error),
-    #[error("cannot serve the admin endpoints on {addr}: {source}")]
-    Admin {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot watch the rules files: {0}")]
-    Watch(#[source] notify::Error),
-    #[error("leader election: {0}")]
-    Lease(#[source] crate::client::lease::LeaseError),
-    #[error("cannot listen for SIGTERM or SIGINT: {0}")]
-    Signal(#[source] std::io::Error),
-    #[error("the Rule webhook: {0}")]
-    Webhook(#[from] webhook::WebhookError),
-}
 
 /// The rule book first read; a mistake to stop on when the files given give no rule at
 /// all, or nothing is to be served.

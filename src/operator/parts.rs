@@ -4,8 +4,10 @@
 //! objects, and the options every rule runs with.
 
 use super::admin::{self, Health};
+use super::args::RunArgs;
+use super::error::RunError;
 use super::runner::Options;
-use super::{RunArgs, RunError, crds, metrics_auth, objects, webhook};
+use super::{crds, metrics_auth, objects, webhook};
 use crate::client::gate::Gate;
 use crate::client::lease::{Election, LeaseConfig};
 use crate::client::{self, Fence, Guard};

@@ -1,7 +1,7 @@
 //! A kind in several versions whose CRD others apply (GitOps, from `ruleop crd`): ruleop's
 //! CA kept in its conversion webhook.
 
-use super::{AbortOnDrop, Companion, Early, Flags, StartEarly, spawn};
+use super::shape::{AbortOnDrop, Companion, Early, Flags, StartEarly, spawn};
 use crate::rules::CompiledRule;
 
 pub(super) const COMPANION: Companion<StartEarly> = Companion {

@@ -77,15 +77,16 @@ fn forbidden(e: &watcher::Error) -> bool {
 }
 
 /// The companion: every rule's CRD followed (by its name, `<resource>.<group>`).
-pub(super) const COMPANION: super::Companion<super::StartBeside> = super::Companion {
-    name: "CRD followed",
-    runs: |_, _| true,
-    start,
-};
+pub(super) const COMPANION: super::shape::Companion<super::shape::StartBeside> =
+    super::shape::Companion {
+        name: "CRD followed",
+        runs: |_, _| true,
+        start,
+    };
 
-fn start(b: &super::Beside<'_>) -> Option<super::AbortOnDrop> {
+fn start(b: &super::shape::Beside<'_>) -> Option<super::shape::AbortOnDrop> {
     let w = &b.early.rule.watch;
-    Some(super::spawn(follow(
+    Some(super::shape::spawn(follow(
         b.early.own.clone(),
         format!("{}.{}", w.resource, w.group),
         b.status_schema.clone(),

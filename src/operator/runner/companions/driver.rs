@@ -1,7 +1,7 @@
 //! A Rule's rollout moved on beside its rule (see [`super::super::rollout`]): for a Rule
 //! object with a `rollout`, while a rollout stands.
 
-use super::{AbortOnDrop, Beside, Companion, StartBeside, spawn};
+use super::shape::{AbortOnDrop, Beside, Companion, StartBeside, spawn};
 use crate::operator::runner::rollout::{Driver, drive};
 
 pub(super) const COMPANION: Companion<StartBeside> = Companion {

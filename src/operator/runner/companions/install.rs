@@ -1,7 +1,7 @@
 //! The CRD of the rule's kind installed from its `schema` (`--install-crds`), tried again
 //! while it fails; the rule runs against the CRD the cluster serves meanwhile.
 
-use super::{AbortOnDrop, Companion, Early, Flags, StartEarly, spawn};
+use super::shape::{AbortOnDrop, Companion, Early, Flags, StartEarly, spawn};
 use crate::operator::crds::{CrdError, keep_installing};
 use crate::rules::CompiledRule;
 

@@ -2,7 +2,7 @@
 //! applies the CRD (ruleop with `--install-crds`, or GitOps from `ruleop crd` with ruleop
 //! serving its conversions).
 
-use super::{AbortOnDrop, Companion, Early, Flags, StartEarly, spawn};
+use super::shape::{AbortOnDrop, Companion, Early, Flags, StartEarly, spawn};
 use crate::operator::migrate::{Migrator, keep_migrating};
 use crate::rules::CompiledRule;
 

@@ -1,7 +1,7 @@
 //! A version that may prune only after a wait (see [`crate::operator::versions`]): every
 //! resource reconciled again once it may.
 
-use super::{AbortOnDrop, Beside, Companion, StartBeside, spawn};
+use super::shape::{AbortOnDrop, Beside, Companion, StartBeside, spawn};
 use crate::reconcile::PruneFrom;
 
 pub(super) const COMPANION: Companion<StartBeside> = Companion {

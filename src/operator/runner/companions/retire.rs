@@ -1,7 +1,7 @@
 //! The kinds no revision in force makes, cleaned up beside the controller until done (see
 //! [`crate::operator::inventory::retire`]).
 
-use super::{AbortOnDrop, Beside, Companion, StartBeside, spawn};
+use super::shape::{AbortOnDrop, Beside, Companion, StartBeside, spawn};
 use crate::operator::inventory::{Inventory, Retirement, retire};
 
 pub(super) const COMPANION: Companion<StartBeside> = Companion {
