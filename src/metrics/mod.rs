@@ -104,30 +104,112 @@ pub struct Metrics {
     pub requests_in_flight: Gauge,
 }
 
+/// The help text of each metric (`ruleop_<name>`).
+const HELP: &[(&str, &str)] = &[
+    (
+        "build_info",
+        "1, labelled with the version and the commit this ruleop was built from",
+    ),
+    (
+        "identity_requests",
+        "Requests sent to the API server as a rule's ServiceAccount (by impersonation), by account; ruleop's own are in ruleop_client_requests_total",
+    ),
+    (
+        "rule_identity",
+        "1 for each running rule, with the identity its requests are made as",
+    ),
+    (
+        "rule_missing_permissions",
+        "Permissions a rule's ServiceAccount lacks (the rule is not started until it has them all)",
+    ),
+    (
+        "client_requests_in_flight",
+        "Requests at the API server or waiting for their slot now, watches and Events aside (Events wait for a moment when this is 0)",
+    ),
+    (
+        "client_in_flight_wait_seconds",
+        "Seconds the client's requests waited for a slot under --max-in-flight (summed over the requests)",
+    ),
+    ("client_requests", "Requests sent to the API server"),
+    (
+        "client_rate_limiter_wait_seconds",
+        "Seconds the client's requests were held by its rate limiter (--qps, --burst): the time the request at the head of the queue waited for a token",
+    ),
+    (
+        "slow_writes",
+        "Child writes the API server had not answered after 5 s, per rule: the reconcile let them go on by themselves and wrote the status meanwhile",
+    ),
+    (
+        "reconcile_errors",
+        "Reconcile errors, per rule and category",
+    ),
+    ("reconcile_duration_seconds", "Reconcile duration, per rule"),
+    ("writes", "Writes to the API server, per rule and action"),
+    (
+        "retired_kinds_pending",
+        "Kinds a rule no longer makes whose children are not cleaned up yet",
+    ),
+    (
+        "rule_older",
+        "1 while a rule does not run because the cluster has seen a newer version of it than this replica's files hold",
+    ),
+    (
+        "rule_info",
+        "1 for the revision in force of each rule from a Rule object",
+    ),
+    (
+        "rollout_step",
+        "The step a rule's rollout is at (from 1); 0 when none runs",
+    ),
+    (
+        "rollout_updated",
+        "Resources Ready on the revision a rule's rollout brings",
+    ),
+    (
+        "rollout_paused",
+        "1 while a rule's rollout is paused (a step failed its health gate, or it was told to pause)",
+    ),
+    (
+        "events_dropped",
+        "Events not published because the rule's event queue was full",
+    ),
+    (
+        "rule_load_failures",
+        "Rules-file loads that failed (each error counted once per load)",
+    ),
+    (
+        "rule_load_errors",
+        "Errors in the rules files as last loaded",
+    ),
+    ("rules_running", "Rules whose controllers are running"),
+    (
+        "leader",
+        "1 while this process holds the leader Lease (or runs without election)",
+    ),
+    ("reconciles", "Reconciles run, per rule"),
+];
+
+/// Registers `metric` as `name` with its help text, and gives it back.
+fn reg<M: prometheus_client::registry::Metric + Clone>(
+    r: &mut Registry,
+    name: &str,
+    metric: M,
+) -> M {
+    let help = HELP
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or("", |(_, h)| *h);
+    r.register(name, help, metric.clone());
+    metric
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         let mut root = Registry::default();
         root.register_collector(Box::new(process::Process));
         let census = Census::default();
         root.register_collector(Box::new(census.clone()));
-        let registry = root.sub_registry_with_prefix("ruleop");
-        let reconciles = Family::<RuleLabels, Counter>::default();
-        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
-        let reconcile_duration = Family::<RuleLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.001, 2.0, 14))
-        });
-        let writes = Family::<WriteLabels, Counter>::default();
-        let events_dropped = Family::<RuleLabels, Counter>::default();
-        let slow_writes = Family::<RuleLabels, Counter>::default();
-        let retired_kinds_pending = Family::<RuleLabels, Gauge>::default();
-        let rule_older = Family::<RuleLabels, Gauge>::default();
-        let rule_info = Family::<RevisionLabels, Gauge>::default();
-        let rollout_step = Family::<RuleLabels, Gauge>::default();
-        let rollout_updated = Family::<RuleLabels, Gauge>::default();
-        let rollout_paused = Family::<RuleLabels, Gauge>::default();
-        let identity_requests = Family::<IdentityLabels, Counter>::default();
-        let rule_identity = Family::<RuleIdentityLabels, Gauge>::default();
-        let rule_missing_permissions = Family::<RuleLabels, Gauge>::default();
+        let r = root.sub_registry_with_prefix("ruleop");
         let build_info = Family::<BuildLabels, Gauge>::default();
         build_info
             .get_or_create(&BuildLabels {
@@ -135,157 +217,75 @@ impl Default for Metrics {
                 commit: env!("RULEOP_COMMIT").into(),
             })
             .set(1);
-        registry.register(
-            "build_info",
-            "1, labelled with the version and the commit this ruleop was built from",
-            build_info,
-        );
-        registry.register(
-            "identity_requests",
-            "Requests sent to the API server as a rule's ServiceAccount (by impersonation), by account; ruleop's own are in ruleop_client_requests_total",
-            identity_requests.clone(),
-        );
-        registry.register(
-            "rule_identity",
-            "1 for each running rule, with the identity its requests are made as",
-            rule_identity.clone(),
-        );
-        registry.register(
-            "rule_missing_permissions",
-            "Permissions a rule's ServiceAccount lacks (the rule is not started until it has them all)",
-            rule_missing_permissions.clone(),
-        );
-        let rule_load_failures = Counter::default();
-        let rule_load_errors = Gauge::default();
-        let rules_running = Gauge::default();
-        let leader = Gauge::default();
-        let client_requests = Counter::default();
-        let limiter_wait = Counter::<f64, std::sync::atomic::AtomicU64>::default();
-        let in_flight_wait = Counter::<f64, std::sync::atomic::AtomicU64>::default();
-        let requests_in_flight = Gauge::default();
-        registry.register(
-            "client_requests_in_flight",
-            "Requests at the API server or waiting for their slot now, watches and Events aside (Events wait for a moment when this is 0)",
-            requests_in_flight.clone(),
-        );
-        registry.register(
-            "client_in_flight_wait_seconds",
-            "Seconds the client's requests waited for a slot under --max-in-flight (summed over the requests)",
-            in_flight_wait.clone(),
-        );
-        registry.register(
-            "client_requests",
-            "Requests sent to the API server",
-            client_requests.clone(),
-        );
-        registry.register(
-            "client_rate_limiter_wait_seconds",
-            "Seconds the client's requests were held by its rate limiter (--qps, --burst): the time the request at the head of the queue waited for a token",
-            limiter_wait.clone(),
-        );
-        registry.register("reconciles", "Reconciles run, per rule", reconciles.clone());
-        registry.register(
-            "slow_writes",
-            "Child writes the API server had not answered after 5 s, per rule: the reconcile let them go on by themselves and wrote the status meanwhile",
-            slow_writes.clone(),
-        );
-        registry.register(
-            "reconcile_errors",
-            "Reconcile errors, per rule and category",
-            reconcile_errors.clone(),
-        );
-        registry.register(
-            "reconcile_duration_seconds",
-            "Reconcile duration, per rule",
-            reconcile_duration.clone(),
-        );
-        registry.register(
-            "writes",
-            "Writes to the API server, per rule and action",
-            writes.clone(),
-        );
-        registry.register(
-            "retired_kinds_pending",
-            "Kinds a rule no longer makes whose children are not cleaned up yet",
-            retired_kinds_pending.clone(),
-        );
-        registry.register(
-            "rule_older",
-            "1 while a rule does not run because the cluster has seen a newer version of it than this replica's files hold",
-            rule_older.clone(),
-        );
-        registry.register(
-            "rule_info",
-            "1 for the revision in force of each rule from a Rule object",
-            rule_info.clone(),
-        );
-        registry.register(
-            "rollout_step",
-            "The step a rule's rollout is at (from 1); 0 when none runs",
-            rollout_step.clone(),
-        );
-        registry.register(
-            "rollout_updated",
-            "Resources Ready on the revision a rule's rollout brings",
-            rollout_updated.clone(),
-        );
-        registry.register(
-            "rollout_paused",
-            "1 while a rule's rollout is paused (a step failed its health gate, or it was told to pause)",
-            rollout_paused.clone(),
-        );
-        registry.register(
-            "events_dropped",
-            "Events not published because the rule's event queue was full",
-            events_dropped.clone(),
-        );
-        registry.register(
-            "rule_load_failures",
-            "Rules-file loads that failed (each error counted once per load)",
-            rule_load_failures.clone(),
-        );
-        registry.register(
-            "rule_load_errors",
-            "Errors in the rules files as last loaded",
-            rule_load_errors.clone(),
-        );
-        registry.register(
-            "rules_running",
-            "Rules whose controllers are running",
-            rules_running.clone(),
-        );
-        registry.register(
-            "leader",
-            "1 while this process holds the leader Lease (or runs without election)",
-            leader.clone(),
-        );
-        Metrics {
-            registry: root,
-            rollout_paused,
+        reg(r, "build_info", build_info);
+        let mut m = Metrics {
+            // (The root, once the others are registered under it.)
+            registry: Registry::default(),
             census,
-            reconciles,
-            reconcile_errors,
-            reconcile_duration,
-            writes,
-            events_dropped,
-            slow_writes,
-            retired_kinds_pending,
-            rule_older,
-            rule_info,
-            rollout_step,
-            rollout_updated,
-            identity_requests,
-            rule_identity,
-            rule_missing_permissions,
-            rule_load_failures,
-            rule_load_errors,
-            rules_running,
-            leader,
-            client_requests,
-            limiter_wait,
-            in_flight_wait,
-            requests_in_flight,
-        }
+            identity_requests: reg(
+                r,
+                "identity_requests",
+                Family::<IdentityLabels, Counter>::default(),
+            ),
+            rule_identity: reg(
+                r,
+                "rule_identity",
+                Family::<RuleIdentityLabels, Gauge>::default(),
+            ),
+            rule_missing_permissions: reg(
+                r,
+                "rule_missing_permissions",
+                Family::<RuleLabels, Gauge>::default(),
+            ),
+            requests_in_flight: reg(r, "client_requests_in_flight", Gauge::default()),
+            in_flight_wait: reg(
+                r,
+                "client_in_flight_wait_seconds",
+                Counter::<f64, std::sync::atomic::AtomicU64>::default(),
+            ),
+            client_requests: reg(r, "client_requests", Counter::default()),
+            limiter_wait: reg(
+                r,
+                "client_rate_limiter_wait_seconds",
+                Counter::<f64, std::sync::atomic::AtomicU64>::default(),
+            ),
+            slow_writes: reg(r, "slow_writes", Family::<RuleLabels, Counter>::default()),
+            reconcile_errors: reg(
+                r,
+                "reconcile_errors",
+                Family::<ErrorLabels, Counter>::default(),
+            ),
+            reconcile_duration: reg(
+                r,
+                "reconcile_duration_seconds",
+                Family::<RuleLabels, Histogram>::new_with_constructor(|| {
+                    Histogram::new(exponential_buckets(0.001, 2.0, 14))
+                }),
+            ),
+            writes: reg(r, "writes", Family::<WriteLabels, Counter>::default()),
+            retired_kinds_pending: reg(
+                r,
+                "retired_kinds_pending",
+                Family::<RuleLabels, Gauge>::default(),
+            ),
+            rule_older: reg(r, "rule_older", Family::<RuleLabels, Gauge>::default()),
+            rule_info: reg(r, "rule_info", Family::<RevisionLabels, Gauge>::default()),
+            rollout_step: reg(r, "rollout_step", Family::<RuleLabels, Gauge>::default()),
+            rollout_updated: reg(r, "rollout_updated", Family::<RuleLabels, Gauge>::default()),
+            rollout_paused: reg(r, "rollout_paused", Family::<RuleLabels, Gauge>::default()),
+            events_dropped: reg(
+                r,
+                "events_dropped",
+                Family::<RuleLabels, Counter>::default(),
+            ),
+            rule_load_failures: reg(r, "rule_load_failures", Counter::default()),
+            rule_load_errors: reg(r, "rule_load_errors", Gauge::default()),
+            rules_running: reg(r, "rules_running", Gauge::default()),
+            leader: reg(r, "leader", Gauge::default()),
+            reconciles: reg(r, "reconciles", Family::<RuleLabels, Counter>::default()),
+        };
+        m.registry = root;
+        m
     }
 }
 
