@@ -173,41 +173,8 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
         };
         match key.as_str() {
             "required" => required = value == "true",
-            "default" => {
-                // A string field's default is the text as written (`default=2` is "2").
-                let v = if schema["type"] == "string" {
-                    Value::String(value.clone())
-                } else {
-                    yaml_value(&value)
-                };
-                if !admits(&schema, &v) {
-                    let want = match schema["x-kubernetes-int-or-string"] == true {
-                        true => "an integer or a string (quote it: `default=\"0.5\"`)".to_string(),
-                        false => format!("of type {}", schema["type"]),
-                    };
-                    return Err(bad(
-                        format!("default {v} is not {want}"),
-                        &default_fix(&schema),
-                    ));
-                }
-                schema["default"] = v;
-            }
-            "enum" => {
-                let target = values_of(&mut schema, item);
-                let values: Vec<Value> = value.split(',').map(|v| yaml_value(v.trim())).collect();
-                let values: Vec<Value> = if target["type"] == "string" {
-                    values
-                        .into_iter()
-                        .map(|v| match v {
-                            Value::String(_) => v,
-                            other => Value::String(other.to_string()),
-                        })
-                        .collect()
-                } else {
-                    values
-                };
-                target["enum"] = Value::Array(values);
-            }
+            "default" => set_default(&mut schema, &value, path)?,
+            "enum" => set_enum(values_of(&mut schema, item), &value),
             "minimum" | "maximum" | "minLength" | "maxLength" => {
                 values_of(&mut schema, item)[key.as_str()] = number()?;
             }
@@ -267,6 +234,43 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
         ));
     }
     Ok((schema, required))
+}
+
+/// A `default=` marker: the value as the field's type reads it (a string field's is the
+/// text as written: `default=2` is "2"), refused when the type does not admit it.
+fn set_default(schema: &mut Value, value: &str, path: &str) -> Result<(), SchemaProblem> {
+    let v = if schema["type"] == "string" {
+        Value::String(value.to_string())
+    } else {
+        yaml_value(value)
+    };
+    if !admits(schema, &v) {
+        let want = match schema["x-kubernetes-int-or-string"] == true {
+            true => "an integer or a string (quote it: `default=\"0.5\"`)".to_string(),
+            false => format!("of type {}", schema["type"]),
+        };
+        let fix = default_fix(schema);
+        return Err(problem(path, format!("default {v} is not {want}"), &fix));
+    }
+    schema["default"] = v;
+    Ok(())
+}
+
+/// An `enum=a,b` marker on `target` (a string field's values are all strings).
+fn set_enum(target: &mut Value, value: &str) {
+    let values: Vec<Value> = value.split(',').map(|v| yaml_value(v.trim())).collect();
+    let values: Vec<Value> = if target["type"] == "string" {
+        values
+            .into_iter()
+            .map(|v| match v {
+                Value::String(_) => v,
+                other => Value::String(other.to_string()),
+            })
+            .collect()
+    } else {
+        values
+    };
+    target["enum"] = Value::Array(values);
 }
 
 /// The fix for a default not of its field's type: a default of that type.

@@ -183,6 +183,34 @@ fn check_names<'a>(c: &mut Compiler<'_>, s: &'a SchemaSpec, hub: &'a str) -> Opt
     (c.errors.len() == before).then_some(names)
 }
 
+/// The fields of a version's spec (`of`) at or under `path`; an error at `at` when none
+/// is (with the nearest path).
+fn field_at(
+    c: &mut Compiler<'_>,
+    at: &str,
+    path: &str,
+    of: &BTreeMap<String, String>,
+    version: &str,
+) -> Vec<String> {
+    let found: Vec<String> = under(of, path).cloned().collect();
+    if found.is_empty() {
+        let near = crate::suggest::closest(path, of.keys().map(String::as_str));
+        let hint = near
+            .map(|n| format!(" (did you mean `{n}`?)"))
+            .unwrap_or_default();
+        c.error(
+            at,
+            None,
+            format!("`{path}` is no field of {version}{hint}"),
+            format!(
+                "write a path of {version}'s spec, from `spec.`: {}",
+                of.keys().take(6).cloned().collect::<Vec<_>>().join(", ")
+            ),
+        );
+    }
+    found
+}
+
 /// Checks and compiles one version's steps; every field of both versions is covered.
 #[allow(clippy::too_many_arguments)]
 fn spoke(
@@ -204,28 +232,8 @@ fn spoke(
     let mut covered_theirs: Vec<String> = Vec::new();
     for (j, step) in convert.iter().enumerate() {
         let at = format!("schema.versions[{i}].convert[{j}]");
-        let field = |c: &mut Compiler<'_>,
-                     key: &str,
-                     path: &str,
-                     of: &BTreeMap<String, String>,
-                     version: &str| {
-            let found: Vec<String> = under(of, path).cloned().collect();
-            if found.is_empty() {
-                let near = crate::suggest::closest(path, of.keys().map(String::as_str));
-                let hint = near
-                    .map(|n| format!(" (did you mean `{n}`?)"))
-                    .unwrap_or_default();
-                c.error(
-                    &format!("{at}.{key}"),
-                    None,
-                    format!("`{path}` is no field of {version}{hint}"),
-                    format!(
-                        "write a path of {version}'s spec, from `spec.`: {}",
-                        of.keys().take(6).cloned().collect::<Vec<_>>().join(", ")
-                    ),
-                );
-            }
-            found
+        let field = |c: &mut Compiler<'_>, key: &str, path: &str, of, version: &str| {
+            field_at(c, &format!("{at}.{key}"), path, of, version)
         };
         let Some(kind) = one_kind(c, &at, step) else {
             continue;

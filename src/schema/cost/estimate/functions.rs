@@ -121,7 +121,6 @@ impl<'a> Estimator<'a> {
         target: Option<&Node<'a>>,
         args: &[Node<'a>],
     ) -> Option<(Est, Option<Est>)> {
-        let one = Some((Est::fixed(1), None));
         let traversal = |s: Est| s.factor(STRING_TRAVERSAL);
         match name {
             "isSorted" | "sum" | "max" | "min" | "indexOf" | "lastIndexOf" => {
@@ -192,6 +191,21 @@ impl<'a> Estimator<'a> {
                     }),
                 ))
             }
+            _ => self.library_net(name, target, args),
+        }
+    }
+
+    /// The library's estimates of its network, quantity, semver, format and URL
+    /// functions (see [`Self::library`]).
+    fn library_net(
+        &mut self,
+        name: &str,
+        target: Option<&Node<'a>>,
+        args: &[Node<'a>],
+    ) -> Option<(Est, Option<Est>)> {
+        let one = Some((Est::fixed(1), None));
+        let traversal = |s: Est| s.factor(STRING_TRAVERSAL);
+        match name {
             "cidr" | "isIP" | "isCIDR" | "quantity" | "isQuantity" | "semver" | "isSemver"
                 if !args.is_empty() =>
             {
