@@ -119,51 +119,18 @@ pub fn compute(
     for f in &rule.fields {
         let value = match &f.source {
             FieldSource::Path { from, query, text } => {
-                let (target, what) = match from {
-                    Source::Parent => (Some(Cow::Borrowed(cr)), "the resource itself".to_string()),
-                    Source::Child(i) => {
-                        let c = &rule.children[*i];
-                        (child_value(c, instances), format!("child `{}`", c.id))
-                    }
+                let found = Found {
+                    cr,
+                    instances,
+                    report: &mut report,
                 };
-                match target {
-                    None => {
-                        report
-                            .notes
-                            .push(format!("{}: {what} does not exist yet", f.name));
-                        None
-                    }
-                    Some(t) => match js_path_process(query, &*t) {
-                        Err(e) => {
-                            report
-                                .problems
-                                .push(format!("{}: JSONPath {text} failed: {e}", f.name));
-                            None
-                        }
-                        Ok(found) if found.is_empty() => {
-                            report
-                                .notes
-                                .push(format!("{}: {text} matched nothing in {what}", f.name));
-                            None
-                        }
-                        Ok(found) if f.ty == FieldType::Array => Some(Value::Array(
-                            found.into_iter().map(|r| r.val().clone()).collect(),
-                        )),
-                        Ok(found) if found.len() > 1 => {
-                            report.problems.push(format!(
-                                "{}: {text} matched {} values in {what}; declare `type: array` or narrow the path",
-                                f.name,
-                                found.len()
-                            ));
-                            None
-                        }
-                        Ok(found) => found
-                            .into_iter()
-                            .next()
-                            .map(|r| r.val().clone())
-                            .filter(|v| !v.is_null()),
-                    },
-                }
+                path_value(
+                    rule,
+                    &f.name,
+                    f.ty == FieldType::Array,
+                    (from, query, text),
+                    found,
+                )
             }
             FieldSource::Value(e) => match rule.program.eval(e, &context(&all)) {
                 Err(x) => {
@@ -204,6 +171,72 @@ pub fn compute(
     report.ready = ready(rule, &vars, waiting, &mut report);
     report.checked = checked(&bases, rule.ready.as_ref().map(|e| e.source.as_ref()));
     report
+}
+
+/// What a status field's path reads, and where its notes and problems go.
+struct Found<'a> {
+    cr: &'a Value,
+    instances: &'a HashMap<String, Value>,
+    report: &'a mut Report,
+}
+
+/// The value of status field `name` at a JSONPath of the resource or of a child (a list of
+/// every match when it is an `array`); None, with a note or a problem, when there is none.
+fn path_value(
+    rule: &CompiledRule,
+    name: &str,
+    array: bool,
+    (from, query, text): (&Source, &jsonpath_rust::parser::model::JpQuery, &String),
+    at: Found<'_>,
+) -> Option<Value> {
+    let (target, what) = match from {
+        Source::Parent => (
+            Some(Cow::Borrowed(at.cr)),
+            "the resource itself".to_string(),
+        ),
+        Source::Child(i) => {
+            let c = &rule.children[*i];
+            (child_value(c, at.instances), format!("child `{}`", c.id))
+        }
+    };
+    match target {
+        None => {
+            at.report
+                .notes
+                .push(format!("{}: {what} does not exist yet", name));
+            None
+        }
+        Some(t) => match js_path_process(query, &*t) {
+            Err(e) => {
+                at.report
+                    .problems
+                    .push(format!("{}: JSONPath {text} failed: {e}", name));
+                None
+            }
+            Ok(found) if found.is_empty() => {
+                at.report
+                    .notes
+                    .push(format!("{}: {text} matched nothing in {what}", name));
+                None
+            }
+            Ok(found) if array => Some(Value::Array(
+                found.into_iter().map(|r| r.val().clone()).collect(),
+            )),
+            Ok(found) if found.len() > 1 => {
+                at.report.problems.push(format!(
+                    "{}: {text} matched {} values in {what}; declare `type: array` or narrow the path",
+                    name,
+                    found.len()
+                ));
+                None
+            }
+            Ok(found) => found
+                .into_iter()
+                .next()
+                .map(|r| r.val().clone())
+                .filter(|v| !v.is_null()),
+        },
+    }
 }
 
 /// Most ready children the Ready message names one by one.
