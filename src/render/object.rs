@@ -126,43 +126,7 @@ pub fn render_child(
     let meta = meta
         .as_object_mut()
         .expect("metadata was just made an object");
-    match meta.get("namespace") {
-        None => {}
-        Some(Value::String(ns)) if *ns == scope.namespace => {}
-        Some(other) => {
-            return Err(RenderError::OtherNamespace {
-                child: child.id.clone(),
-                found: other
-                    .as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| other.to_string()),
-                expected: scope.namespace.clone(),
-            });
-        }
-    }
-    meta.insert("namespace".into(), Value::String(scope.namespace.clone()));
-    let name = match meta.get("name") {
-        Some(Value::String(n)) if !n.is_empty() => n.clone(),
-        other => {
-            return Err(RenderError::BadName {
-                child: child.id.clone(),
-                found: other
-                    .map(Value::to_string)
-                    .unwrap_or_else(|| "nothing".into()),
-            });
-        }
-    };
-    if let Some(why) = super::names::invalid(
-        super::model::group_of(&child.api_version),
-        &child.kind,
-        &name,
-    ) {
-        return Err(RenderError::InvalidName {
-            child: child.id.clone(),
-            name,
-            why,
-        });
-    }
+    let name = placed(child, scope, meta)?;
     let labels = meta
         .entry("labels")
         .or_insert_with(|| Value::Object(Map::new()));
@@ -215,6 +179,53 @@ pub fn render_child(
         item,
         size,
     }))
+}
+
+/// The rendered object's name, once its namespace is the resource's (set when left out,
+/// refused when another) and its name one the kind admits.
+fn placed(
+    child: &CompiledChild,
+    scope: &Scope,
+    meta: &mut Map<String, Value>,
+) -> Result<String, RenderError> {
+    match meta.get("namespace") {
+        None => {}
+        Some(Value::String(ns)) if *ns == scope.namespace => {}
+        Some(other) => {
+            return Err(RenderError::OtherNamespace {
+                child: child.id.clone(),
+                found: other
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| other.to_string()),
+                expected: scope.namespace.clone(),
+            });
+        }
+    }
+    meta.insert("namespace".into(), Value::String(scope.namespace.clone()));
+    let name = match meta.get("name") {
+        Some(Value::String(n)) if !n.is_empty() => n.clone(),
+        other => {
+            return Err(RenderError::BadName {
+                child: child.id.clone(),
+                found: other
+                    .map(Value::to_string)
+                    .unwrap_or_else(|| "nothing".into()),
+            });
+        }
+    };
+    if let Some(why) = super::names::invalid(
+        super::model::group_of(&child.api_version),
+        &child.kind,
+        &name,
+    ) {
+        return Err(RenderError::InvalidName {
+            child: child.id.clone(),
+            name,
+            why,
+        });
+    }
+    Ok(name)
 }
 
 /// `file:line` in the rule's file.
