@@ -1,6 +1,6 @@
-//! The house's two rules, read from the source itself (no cluster, no build of the
-//! crate's graph): no import circle between files, and no module using one above it in
-//! the pipeline. Every `use` tree and every path written in code (`crate::…`, `super::…`,
+//! The house's rules, read from the source itself (no cluster, no build of the crate's
+//! graph): no import circle between files, no module using one above it in the pipeline,
+//! and no function over 120 lines nor file over 600 (each short enough to hold in mind). Every `use` tree and every path written in code (`crate::…`, `super::…`,
 //! a child module's name) is resolved to the file that defines it; comments and string
 //! literals are skipped.
 
@@ -589,4 +589,98 @@ fn the_reader_finds_uses_in_trees_paths_and_child_modules() {
     found.sort();
     found.dedup();
     assert_eq!(found, ["a::b::g", "a::c::Z", "d", "d::X"]);
+}
+
+/// The most lines a function may take, and a file.
+const FUNCTION_LINES: usize = 120;
+const FILE_LINES: usize = 600;
+
+/// Each function of `code` (comments and literals blanked) longer than `most` lines, from
+/// its `fn` line to the brace that closes it: (its name, its first line, its length).
+fn long_functions(code: &str, most: usize) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim_start();
+        let Some(at) = t.find("fn ") else { continue };
+        let head = &t[..at];
+        let qualifiers = head.split_whitespace().all(|w| {
+            ["pub", "async", "const", "unsafe", "extern"].contains(&w) || w.starts_with("pub(")
+        });
+        if !qualifiers {
+            continue;
+        }
+        let name: String = t[at + 3..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        // The body: from the first `{` after the signature to the brace that closes it.
+        let mut depth = 0i32;
+        let mut opened = false;
+        let mut end = None;
+        'scan: for (j, l) in lines.iter().enumerate().skip(i) {
+            for ch in l.chars() {
+                match ch {
+                    ';' if !opened && depth == 0 => break 'scan,
+                    '{' => {
+                        depth += 1;
+                        opened = true;
+                    }
+                    '}' => {
+                        depth -= 1;
+                        if opened && depth == 0 {
+                            end = Some(j);
+                            break 'scan;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let Some(j) = end
+            && j + 1 - i > most
+        {
+            out.push((name, i + 1, j + 1 - i));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_is_over_120_lines_and_no_file_over_600() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut over = Vec::new();
+    for (path, src) in sources(&root) {
+        let lines = src.text.lines().count();
+        if lines > FILE_LINES {
+            over.push(format!(
+                "src/{}: {lines} lines (split it by what it decides)",
+                path.display()
+            ));
+        }
+        for (name, at, n) in long_functions(&code_only(&src.text), FUNCTION_LINES) {
+            over.push(format!(
+                "src/{}:{at}: fn {name} is {n} lines",
+                path.display()
+            ));
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "over {FUNCTION_LINES} lines a function or {FILE_LINES} a file:\n  {}",
+        over.join("\n  ")
+    );
+}
+
+#[test]
+fn a_long_function_is_measured_from_its_fn_to_its_closing_brace() {
+    let body = "    let x = 1;\n".repeat(5);
+    let code = format!(
+        "pub(crate) async fn long(a: u8) -> u8 {{\n{body}    {{ inner }}\n}}\nfn short() {{}}\nfn declared();\nimpl X {{\n    fn method(&self) {{\n{body}    }}\n}}\n"
+    );
+    let found = long_functions(&code, 5);
+    assert_eq!(
+        found,
+        vec![("long".to_string(), 1, 8), ("method".to_string(), 12, 7)]
+    );
 }

@@ -104,21 +104,7 @@ pub fn compile(
         .as_deref()
         .map(|r| c.expr("status.ready", None, r, STATUS_VARIABLES));
 
-    let env = std::mem::replace(&mut c.env, program::environment());
-    let program = match Program::new(env, &c.exprs) {
-        Ok(p) => Some(p),
-        Err((i, e)) => {
-            let (path, child) = c.expr_at[i].clone();
-            let src = c.exprs[i].clone();
-            c.error(
-                &path,
-                child.as_deref(),
-                format!("expression error in {src:?}: {}", jinja_reason(&e)),
-                "fix the expression syntax (minijinja, like Jinja2)",
-            );
-            None
-        }
-    };
+    let program = build_program(&mut c);
     let mut graph = (Vec::new(), Vec::new());
     if let Some(p) = &program {
         check_variables(&mut c, p);
@@ -138,21 +124,7 @@ pub fn compile(
         }
     }
     check_filters_and_tests(&mut c);
-    let rollout = spec
-        .rollout
-        .as_ref()
-        .and_then(|r| rollout::compile_rollout(&mut c, r));
-    if let (Some(_), Some(n)) = (&spec.rollout, spec.revision_history_limit)
-        && n < 2
-    {
-        // The previous revision is what the resources not reached yet keep.
-        c.error(
-            "revisionHistoryLimit",
-            None,
-            format!("`revisionHistoryLimit: {n}` keeps too few revisions for a rollout: the resources a rollout has not reached keep the previous revision, which the limit would delete (and every resource would take each edit at once)"),
-            "keep at least 2 (`revisionHistoryLimit: 2`; the default is 10), or remove `rollout`",
-        );
-    }
+    let rollout = rollout_of(&mut c, spec);
     let identity = spec
         .service_account
         .as_ref()
@@ -193,6 +165,46 @@ pub fn compile(
         }),
         _ => Err(c.errors),
     }
+}
+
+/// The rule's expressions compiled as one program; None (an error at the expression)
+/// when one does not parse.
+fn build_program(c: &mut Compiler<'_>) -> Option<Program> {
+    let env = std::mem::replace(&mut c.env, program::environment());
+    match Program::new(env, &c.exprs) {
+        Ok(p) => Some(p),
+        Err((i, e)) => {
+            let (path, child) = c.expr_at[i].clone();
+            let src = c.exprs[i].clone();
+            c.error(
+                &path,
+                child.as_deref(),
+                format!("expression error in {src:?}: {}", jinja_reason(&e)),
+                "fix the expression syntax (minijinja, like Jinja2)",
+            );
+            None
+        }
+    }
+}
+
+/// The rule's rollout, and a history limit that keeps what it needs.
+fn rollout_of(c: &mut Compiler<'_>, spec: &RuleSpec) -> Option<Rollout> {
+    let rollout = spec
+        .rollout
+        .as_ref()
+        .and_then(|r| rollout::compile_rollout(c, r));
+    if let (Some(_), Some(n)) = (&spec.rollout, spec.revision_history_limit)
+        && n < 2
+    {
+        // The previous revision is what the resources not reached yet keep.
+        c.error(
+            "revisionHistoryLimit",
+            None,
+            format!("`revisionHistoryLimit: {n}` keeps too few revisions for a rollout: the resources a rollout has not reached keep the previous revision, which the limit would delete (and every resource would take each edit at once)"),
+            "keep at least 2 (`revisionHistoryLimit: 2`; the default is 10), or remove `rollout`",
+        );
+    }
+    rollout
 }
 
 /// The CRD made from the rule's `schema`, and the rule's defaults: the schema's when it
