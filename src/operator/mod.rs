@@ -2,7 +2,8 @@
 //! campaigns for the leader Lease, runs one controller per rule while leading, reloads
 //! the rules when their files change, and shuts down gracefully on SIGTERM/SIGINT.
 //!
-//! Owns: the process's life ([`run`]), its arguments ([`args`]), the rules in force kept
+//! Owns: the process's life ([`run`]: its parts started from `parts.rs`, then the loop of
+//! `steering.rs`), its arguments ([`args`]), the rules in force kept
 //! running ([`supervisor`], one [`runner`] per rule), the rules files watched
 //! ([`reload`]), each rule's CRD installed ([`crds`]), the kinds each rule has made
 //! ([`inventory`]), the admin endpoints ([`admin`]) and who may read their metrics
