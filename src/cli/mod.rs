@@ -108,9 +108,10 @@ fn init_logging(
     let registry = tracing_subscriber::registry().with(fmt.with_filter(filter));
     let otlp = match command {
         Command::Run(args) => args
+            .telemetry
             .otlp_endpoint
             .as_deref()
-            .map(|e| (e, args.otlp_protocol)),
+            .map(|e| (e, args.telemetry.otlp_protocol)),
         _ => None,
     };
     match otlp {

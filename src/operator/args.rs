@@ -5,7 +5,7 @@ use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// Arguments of `ruleop run`.
+/// Arguments of `ruleop run`, grouped by the part of the process they set.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// A rules file or directory (repeat for more). Watched: edits apply without a restart.
@@ -16,23 +16,6 @@ pub struct RunArgs {
     /// write their status. `false`: files only (no watch of Rules, no RBAC for them).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub rule_objects: bool,
-    /// Serve the validating webhook of Rules here (`0.0.0.0:9443`): an invalid Rule is
-    /// refused at `kubectl apply`. ruleop makes its certificates (a Secret
-    /// `<webhook-name>-webhook-tls`) and its ValidatingWebhookConfiguration. Off when not given.
-    #[arg(long)]
-    pub webhook_addr: Option<SocketAddr>,
-    /// How the API server reaches the webhook: a Service `namespace/name` (port 443)...
-    #[arg(long, default_value = "ruleop-system/ruleop-webhook")]
-    pub webhook_service: String,
-    /// ...or a URL (`https://127.0.0.1:9443/validate-rules`), which wins.
-    #[arg(long)]
-    pub webhook_url: Option<String>,
-    /// The ValidatingWebhookConfiguration's name (its Secret is `<name>-webhook-tls`).
-    /// Default: `ruleop`, and with `--rule-selector`, `ruleop-` and the selector
-    /// (`team=web` → `ruleop-team-web`): installations serving different Rules do not
-    /// write over each other's configuration.
-    #[arg(long)]
-    pub webhook_name: Option<String>,
     /// Serve only the Rule objects with these labels (a label selector, `team=web`): for
     /// several ruleop installations in one cluster, each with its Rules.
     #[arg(long)]
@@ -52,74 +35,12 @@ pub struct RunArgs {
     /// once; one that writes holds its place until the API server answers.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
-    /// Requests at the API server at once, all rules together, watches aside, and at most
-    /// half of them (rounded up) of one kind (API group, resource and subresource, whatever
-    /// the verb); the others wait their turn, in the order asked within a kind. 0 for no
-    /// bound. Each request at once is a connection of its own (HTTP/1.1), with its memory.
-    #[arg(long, default_value_t = 128)]
-    pub max_in_flight: u32,
-    /// Requests per second to the API server, on average (client-side token bucket,
-    /// as client-go's); 0 turns the limit off.
-    #[arg(long, default_value_t = 1000.0)]
-    pub qps: f64,
-    /// Requests that may go at once above `--qps` (the bucket's size).
-    #[arg(long, default_value_t = 2000)]
-    pub burst: u32,
-    /// Events published per second, all rules together, after a burst of 100: when
-    /// thousands of resources change at once, their Events trail behind the writes that
-    /// make them converge. 0: as fast as the client allows.
-    #[arg(long, default_value_t = 20.0)]
-    pub event_qps: f64,
     /// Seconds between checks of a healthy custom resource with no event.
     #[arg(long, default_value_t = 600)]
     pub resync_seconds: u64,
     /// Watch and act in this namespace only (default: all namespaces).
     #[arg(long)]
     pub namespace: Option<String>,
-    /// Address of the admin server (/metrics, /livez, /readyz, and /status unless
-    /// `--status-addr` moves it); port 0 picks one.
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    pub admin_addr: SocketAddr,
-    /// Serve /status (the rules in force, their sources and identities) here instead of on
-    /// the admin server: `127.0.0.1:8081` keeps it inside the pod (`kubectl port-forward`
-    /// reaches it) while probes and metrics stay on the admin port. Port 0 picks one.
-    #[arg(long)]
-    pub status_addr: Option<SocketAddr>,
-    /// Who may read /metrics: `none` (anyone who reaches the port), or `kubernetes`: a
-    /// bearer token the API server authenticates (TokenReview) whose user may `get` the
-    /// non-resource URL `/metrics` (SubjectAccessReview), as kube-rbac-proxy does. The
-    /// probes stay open (the kubelet calls them with no token).
-    #[arg(long, value_enum, default_value_t = super::metrics_auth::MetricsAuth::None)]
-    pub metrics_auth: super::metrics_auth::MetricsAuth,
-    /// Send a trace per reconcile to this OTLP/HTTP collector (e.g.
-    /// `http://otel-collector.monitoring:4318`; `/v1/traces` is added). Off by default.
-    #[arg(long, env = "RULEOP_OTLP_ENDPOINT")]
-    pub otlp_endpoint: Option<String>,
-    /// The OTLP encoding: `http/protobuf` or `http/json`.
-    #[arg(long, value_enum, default_value_t = super::telemetry::OtlpProtocol::HttpProtobuf)]
-    pub otlp_protocol: super::telemetry::OtlpProtocol,
-    /// Reconcile only while holding the leader Lease.
-    #[arg(long)]
-    pub leader_elect: bool,
-    /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    pub lease_namespace: String,
-    /// Name of the leader Lease.
-    #[arg(long, default_value = "ruleop-leader")]
-    pub lease_name: String,
-    /// Seconds a standby waits after the Lease last changed before taking it over.
-    #[arg(long, default_value_t = 15)]
-    pub lease_duration: u64,
-    /// Seconds after the start of its last successful renewal at which the leader stops
-    /// writing (default: 2/3 of the lease duration). Must be shorter than the lease duration.
-    #[arg(long)]
-    pub renew_deadline: Option<f64>,
-    /// Seconds between attempts to renew or acquire the Lease (default: 1/5 of the renew deadline).
-    #[arg(long)]
-    pub retry_period: Option<f64>,
-    /// This process's identity in the Lease (default: $POD_NAME, else host name and pid).
-    #[arg(long, env = "POD_NAME")]
-    pub identity: Option<String>,
     /// Create or update each rule's CRD from its `schema` when the rule starts (a change
     /// that would break stored resources is refused and logged; the served CRD stays).
     /// Needs `ruleop rbac --install-crds`.
@@ -145,16 +66,135 @@ pub struct RunArgs {
     /// write per change, which at scale the API server feels), or `none`.
     #[arg(long, value_enum, default_value = "all")]
     pub events: EventLevel,
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
+}
+
+/// `ruleop run`'s arguments: the rule webhook.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "The Rule webhook")]
+pub struct WebhookArgs {
+    /// Serve the validating webhook of Rules here (`0.0.0.0:9443`): an invalid Rule is
+    /// refused at `kubectl apply`. ruleop makes its certificates (a Secret
+    /// `<webhook-name>-webhook-tls`) and its ValidatingWebhookConfiguration. Off when not given.
+    #[arg(long)]
+    pub webhook_addr: Option<SocketAddr>,
+    /// How the API server reaches the webhook: a Service `namespace/name` (port 443)...
+    #[arg(long, default_value = "ruleop-system/ruleop-webhook")]
+    pub webhook_service: String,
+    /// ...or a URL (`https://127.0.0.1:9443/validate-rules`), which wins.
+    #[arg(long)]
+    pub webhook_url: Option<String>,
+    /// The ValidatingWebhookConfiguration's name (its Secret is `<name>-webhook-tls`).
+    /// Default: `ruleop`, and with `--rule-selector`, `ruleop-` and the selector
+    /// (`team=web` → `ruleop-team-web`): installations serving different Rules do not
+    /// write over each other's configuration.
+    #[arg(long)]
+    pub webhook_name: Option<String>,
+}
+
+/// `ruleop run`'s arguments: the requests to the api server.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "The requests to the API server")]
+pub struct ClientArgs {
+    /// Requests at the API server at once, all rules together, watches aside, and at most
+    /// half of them (rounded up) of one kind (API group, resource and subresource, whatever
+    /// the verb); the others wait their turn, in the order asked within a kind. 0 for no
+    /// bound. Each request at once is a connection of its own (HTTP/1.1), with its memory.
+    #[arg(long, default_value_t = 128)]
+    pub max_in_flight: u32,
+    /// Requests per second to the API server, on average (client-side token bucket,
+    /// as client-go's); 0 turns the limit off.
+    #[arg(long, default_value_t = 1000.0)]
+    pub qps: f64,
+    /// Requests that may go at once above `--qps` (the bucket's size).
+    #[arg(long, default_value_t = 2000)]
+    pub burst: u32,
+    /// Events published per second, all rules together, after a burst of 100: when
+    /// thousands of resources change at once, their Events trail behind the writes that
+    /// make them converge. 0: as fast as the client allows.
+    #[arg(long, default_value_t = 20.0)]
+    pub event_qps: f64,
     /// Seconds after which the API server ends each watch (it is then resumed). A watch
     /// connection silent for this long plus 10 s is dropped and re-established.
     #[arg(long, default_value_t = 290)]
     pub watch_timeout_seconds: u32,
 }
 
+/// `ruleop run`'s arguments: the admin endpoints.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "The admin endpoints")]
+pub struct AdminArgs {
+    /// Address of the admin server (/metrics, /livez, /readyz, and /status unless
+    /// `--status-addr` moves it); port 0 picks one.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub admin_addr: SocketAddr,
+    /// Serve /status (the rules in force, their sources and identities) here instead of on
+    /// the admin server: `127.0.0.1:8081` keeps it inside the pod (`kubectl port-forward`
+    /// reaches it) while probes and metrics stay on the admin port. Port 0 picks one.
+    #[arg(long)]
+    pub status_addr: Option<SocketAddr>,
+    /// Who may read /metrics: `none` (anyone who reaches the port), or `kubernetes`: a
+    /// bearer token the API server authenticates (TokenReview) whose user may `get` the
+    /// non-resource URL `/metrics` (SubjectAccessReview), as kube-rbac-proxy does. The
+    /// probes stay open (the kubelet calls them with no token).
+    #[arg(long, value_enum, default_value_t = super::metrics_auth::MetricsAuth::None)]
+    pub metrics_auth: super::metrics_auth::MetricsAuth,
+}
+
+/// `ruleop run`'s arguments: traces.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Traces")]
+pub struct TelemetryArgs {
+    /// Send a trace per reconcile to this OTLP/HTTP collector (e.g.
+    /// `http://otel-collector.monitoring:4318`; `/v1/traces` is added). Off by default.
+    #[arg(long, env = "RULEOP_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// The OTLP encoding: `http/protobuf` or `http/json`.
+    #[arg(long, value_enum, default_value_t = super::telemetry::OtlpProtocol::HttpProtobuf)]
+    pub otlp_protocol: super::telemetry::OtlpProtocol,
+}
+
+/// `ruleop run`'s arguments: leader election.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Leader election")]
+pub struct LeaseArgs {
+    /// Reconcile only while holding the leader Lease.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "ruleop-leader")]
+    pub lease_name: String,
+    /// Seconds a standby waits after the Lease last changed before taking it over.
+    #[arg(long, default_value_t = 15)]
+    pub lease_duration: u64,
+    /// Seconds after the start of its last successful renewal at which the leader stops
+    /// writing (default: 2/3 of the lease duration). Must be shorter than the lease duration.
+    #[arg(long)]
+    pub renew_deadline: Option<f64>,
+    /// Seconds between attempts to renew or acquire the Lease (default: 1/5 of the renew deadline).
+    #[arg(long)]
+    pub retry_period: Option<f64>,
+    /// This process's identity in the Lease (default: $POD_NAME, else host name and pid).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
 impl RunArgs {
     /// The webhook configuration's name: as given, else one per `--rule-selector`.
     pub fn webhook_name(&self) -> String {
-        if let Some(n) = &self.webhook_name {
+        if let Some(n) = &self.webhook.webhook_name {
             return n.clone();
         }
         let Some(selector) = &self.rule_selector else {

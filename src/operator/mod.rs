@@ -75,7 +75,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let book = first_book(&args)?;
     let (_watcher, mut changes) = reload::watch(book.paths()).map_err(RunError::Watch)?;
     let me = parts::identity(&args);
-    let timeout = args.watch_timeout_seconds;
+    let timeout = args.client.watch_timeout_seconds;
     let renews = client::build(timeout, &me, Guard::default()).await;
     let renews = renews.map_err(RunError::Client)?;
     parts::admin(&args, &me, &metrics, &health).await?;
@@ -96,7 +96,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let opts = parts::options(&args, for_rules);
     let mut sup = Supervisor::new(opts, metrics.clone(), health.clone());
     sup.served = served;
-    let ns = args.lease_namespace.clone();
+    let ns = args.lease.lease_namespace.clone();
     let start = Steering::start(
         book,
         sup,

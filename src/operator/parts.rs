@@ -27,7 +27,7 @@ impl Drop for Tasks {
 
 /// This process's name in the Lease and in its requests' user agent.
 pub(super) fn identity(args: &RunArgs) -> String {
-    args.identity.clone().unwrap_or_else(|| {
+    args.lease.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_else(|_| "ruleop".into());
@@ -43,24 +43,24 @@ pub(super) async fn admin(
     metrics: &Arc<Metrics>,
     health: &Arc<Health>,
 ) -> Result<(), RunError> {
-    let serves = match args.status_addr {
+    let serves = match args.admin.status_addr {
         Some(_) => admin::Serves::Probes,
         None => admin::Serves::All,
     };
-    let gate = match args.metrics_auth {
+    let gate = match args.admin.metrics_auth {
         metrics_auth::MetricsAuth::Kubernetes => Some(Arc::new(metrics_auth::Gatekeeper::new(
-            client::build(args.watch_timeout_seconds, me, Guard::default())
+            client::build(args.client.watch_timeout_seconds, me, Guard::default())
                 .await
                 .map_err(RunError::Client)?,
         ))),
         metrics_auth::MetricsAuth::None => None,
     };
-    let at = args.admin_addr;
+    let at = args.admin.admin_addr;
     let addr = admin::serve(at, serves, metrics.clone(), health.clone(), gate)
         .await
         .map_err(|source| RunError::Admin { addr: at, source })?;
     tracing::info!(%addr, "admin server listening");
-    if let Some(at) = args.status_addr {
+    if let Some(at) = args.admin.status_addr {
         let status = admin::Serves::Status;
         let addr = admin::serve(at, status, metrics.clone(), health.clone(), None)
             .await
@@ -85,17 +85,17 @@ pub(super) fn leadership(
     me: &str,
     client: kube::Client,
 ) -> Result<Leadership, RunError> {
-    let lease = args.leader_elect.then(|| {
+    let lease = args.lease.leader_elect.then(|| {
         // Out-of-range values (negative, infinite) become 0 and are refused by `check`.
         let secs = |s: f64| Duration::try_from_secs_f64(s).unwrap_or(Duration::ZERO);
         let (duration, renew_deadline, retry) = LeaseConfig::timing(
-            Duration::from_secs(args.lease_duration),
-            args.renew_deadline.map(secs),
-            args.retry_period.map(secs),
+            Duration::from_secs(args.lease.lease_duration),
+            args.lease.renew_deadline.map(secs),
+            args.lease.retry_period.map(secs),
         );
         LeaseConfig {
-            namespace: args.lease_namespace.clone(),
-            name: args.lease_name.clone(),
+            namespace: args.lease.lease_namespace.clone(),
+            name: args.lease.lease_name.clone(),
             identity: me.to_string(),
             duration,
             renew_deadline,
@@ -133,13 +133,13 @@ pub(super) async fn clients(
     fence: &Arc<Fence>,
     metrics: &Arc<Metrics>,
 ) -> Result<Clients, RunError> {
-    let gate = Gate::new(args.max_in_flight, fence.clone(), metrics.clone());
+    let gate = Gate::new(args.client.max_in_flight, fence.clone(), metrics.clone());
     let busy = gate.busy();
     let guard = Guard {
-        limiter: client::limiter::Limiter::new(args.qps, args.burst, metrics.clone()),
+        limiter: client::limiter::Limiter::new(args.client.qps, args.client.burst, metrics.clone()),
         gate: Some(gate),
     };
-    let timeout = args.watch_timeout_seconds;
+    let timeout = args.client.watch_timeout_seconds;
     let clients = client::Clients::new(timeout, me, guard.clone(), metrics.clone());
     let client = client::build(timeout, me, guard)
         .await
@@ -165,19 +165,19 @@ pub(super) async fn webhook(
     process: &Process,
     served: &Arc<webhook::review::Served>,
 ) -> Result<(Tasks, Option<webhook::Hook>), RunError> {
-    let Some(addr) = args.webhook_addr else {
+    let Some(addr) = args.webhook.webhook_addr else {
         return Ok((Tasks(Vec::new()), None));
     };
-    let (ns, name) = args
-        .webhook_service
-        .split_once('/')
-        .unwrap_or((args.lease_namespace.as_str(), args.webhook_service.as_str()));
+    let (ns, name) = args.webhook.webhook_service.split_once('/').unwrap_or((
+        args.lease.lease_namespace.as_str(),
+        args.webhook.webhook_service.as_str(),
+    ));
     let cfg = webhook::Config {
         addr,
-        url: args.webhook_url.clone(),
+        url: args.webhook.webhook_url.clone(),
         service: (ns.to_string(), name.to_string()),
         name: args.webhook_name(),
-        namespace: args.lease_namespace.clone(),
+        namespace: args.lease.lease_namespace.clone(),
         selector: args.rule_selector.clone(),
         identity: me.to_string(),
     };
@@ -244,16 +244,16 @@ pub(super) fn options(args: &RunArgs, r: ForRules<'_>) -> Options {
         discovery_retry: Duration::from_secs(3),
         scope: crate::cache::watches::WatchScope {
             namespace: args.namespace.clone(),
-            timeout: args.watch_timeout_seconds,
+            timeout: args.client.watch_timeout_seconds,
         },
         reporter: kube::runtime::events::Reporter {
             controller: "ruleop".into(),
             instance: Some(r.me.to_string()),
         },
-        state_namespace: args.lease_namespace.clone(),
+        state_namespace: args.lease.lease_namespace.clone(),
         settle: Duration::from_secs(args.rules_settle_seconds),
         install_crds: args.install_crds,
-        event_pace: client::limiter::Pace::new(args.event_qps, 100),
+        event_pace: client::limiter::Pace::new(args.client.event_qps, 100),
         event_quiet: Some(r.clients.busy.clone()),
         rules: r.objects.map(|o| o.store.clone()),
         clients: r.clients.clients.clone(),
