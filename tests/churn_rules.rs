@@ -129,10 +129,16 @@ fn revisions(kc: &str, rule: &str) -> BTreeMap<i64, Value> {
         ],
     )
     .unwrap_or(Value::Null);
+    // (Only the Rule's own: a Rule of that name deleted leaves its revisions to the
+    // garbage collector, numbered as the new one's.)
+    let uid = get(kc, &["get", "rule", rule, "-o", "json"])
+        .and_then(|r| r["metadata"]["uid"].as_str().map(str::to_string))
+        .unwrap_or_default();
     list["items"]
         .as_array()
         .into_iter()
         .flatten()
+        .filter(|c| c["metadata"]["ownerReferences"][0]["uid"] == uid.as_str())
         .filter_map(|c| Some((c["revision"].as_i64()?, c["data"]["spec"].clone())))
         .collect()
 }

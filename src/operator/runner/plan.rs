@@ -47,6 +47,8 @@ pub(super) struct Plan {
     pub progress: Option<Progress>,
     /// A rollout's previous revision that no longer loads (its resources wait).
     pub held: Option<i64>,
+    /// The revisions the resources pinned when the rule started.
+    pub pinned: BTreeSet<i64>,
     /// The distinct child kinds of every revision, and each child's place among them.
     pub kinds: Vec<Resolved>,
     pub child_kind: Vec<usize>,
@@ -61,15 +63,19 @@ impl Plan {
         self.loaded.iter().map(|l| &*l.rule).collect()
     }
 
-    /// The kinds of every revision in force: those loaded, and a rollout's previous one
-    /// that no longer compiles (`held`: its resources wait on it, and keep its kinds'
-    /// objects).
+    /// The kinds of every revision in force: those loaded, a rollout's previous one that
+    /// no longer compiles (`held`: its resources wait on it, and keep its kinds' objects),
+    /// and a pinned one that no longer loads (its kinds are not retired while pinned).
     pub fn in_force_kinds(&self) -> BTreeSet<crate::lifecycle::Made> {
-        let held = self
+        let loaded: BTreeSet<i64> = self.loaded.iter().filter_map(|l| l.number).collect();
+        let unloaded = self
             .held
-            .and_then(|n| self.history.as_ref()?.kept.get(&n))
+            .into_iter()
+            .chain(self.pinned.iter().copied())
+            .filter(|n| !loaded.contains(n))
+            .filter_map(|n| self.history.as_ref()?.kept.get(&n))
             .map(|rev| &rev.spec);
-        crate::lifecycle::kinds::kinds_in_force(self.revisions(), held)
+        crate::lifecycle::kinds::kinds_in_force(self.revisions(), unloaded)
     }
 }
 
@@ -79,12 +85,13 @@ pub(super) async fn plan(i: &Inputs<'_>) -> Option<Plan> {
     // The revisions the resources pin: kept whatever the history limit, and in force.
     let pinned = pins(i).await?;
     let (history, progress) = revisions(i, &pinned).await?;
+    let load = served_pins(i, history.as_ref(), &pinned).await;
     let loaded = loaded::revisions(
         i.rule,
         history.as_ref(),
         progress.as_ref(),
         &i.opts.policy,
-        &pinned,
+        &load,
     );
     // A rollout whose previous revision no longer loads pauses: the resources not reached
     // wait (they never take the newest in its place).
@@ -100,6 +107,7 @@ pub(super) async fn plan(i: &Inputs<'_>) -> Option<Plan> {
         loaded,
         progress,
         held,
+        pinned,
         kinds,
         child_kind,
         existing_kinds,
@@ -144,6 +152,7 @@ async fn may_run(i: &Inputs<'_>) -> Option<crate::operator::versions::Allowed> {
     let allowed = versions.await?;
     let t = takeover::Takeover {
         inventory: state,
+        client: i.client,
         rule: i.rule,
         namespace: scope,
     };
@@ -165,6 +174,35 @@ fn prune_from(prune: Retire) -> PruneFrom {
 async fn pins(i: &Inputs<'_>) -> Option<BTreeSet<i64>> {
     let scope = i.opts.scope.namespace.as_deref();
     loaded::pinned(i.client, i.parent, scope, i.rule, i.stop).await
+}
+
+/// The pinned revisions whose child kinds the cluster serves now: the others are not
+/// loaded (the rule would wait for their kinds; the resource pinning one takes the
+/// newest), though their kinds stay in force (see [`Plan::in_force_kinds`]).
+async fn served_pins(
+    i: &Inputs<'_>,
+    history: Option<&History>,
+    pinned: &BTreeSet<i64>,
+) -> BTreeSet<i64> {
+    let mut out = BTreeSet::new();
+    for n in pinned {
+        let Some(rev) = history.and_then(|h| h.kept.get(n)) else {
+            continue;
+        };
+        let mut served = true;
+        for made in crate::lifecycle::kinds::kinds_of_spec(&rev.spec) {
+            let (group, version) = crate::schema::kinds::group_version(&made.api_version);
+            let found = crate::cache::discovery::child(i.client, group, version, &made.kind);
+            if let Ok(None) = found.await {
+                tracing::warn!(revision = n, kind = %made.kind, "a pinned revision makes a kind the cluster does not serve: not loaded (its resources take the newest; the kind's objects are kept)");
+                served = false;
+            }
+        }
+        if served {
+            out.insert(*n);
+        }
+    }
+    out
 }
 
 /// A Rule object's revisions (its spec found among them, or recorded as the next one;

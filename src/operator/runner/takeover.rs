@@ -97,10 +97,13 @@ pub fn predecessors(
         .collect()
 }
 
-/// Where a takeover acts: ruleop's own client (the rule's predecessor may have run as an
-/// account the new rule cannot act as).
+/// Where a takeover acts: the resources listed and the children of the rule's own kinds
+/// taken over with the rule's client (as its ServiceAccount when it names one: what it
+/// may manage); the old rule's other children let go, and the inventory kept, with
+/// ruleop's own (the old rule may have run as an account the new one cannot act as).
 pub(super) struct Takeover<'a> {
     pub inventory: Inventory,
+    pub client: &'a kube::Client,
     pub rule: &'a CompiledRule,
     pub namespace: Option<&'a str>,
 }
@@ -135,11 +138,15 @@ async fn once(t: &Takeover<'_>) -> Result<(), TakeoverError> {
     let data = inventory.all().await?;
     let before = predecessors(&data, &me);
     if !before.is_empty() {
-        let uids = parent_uids(&inventory.client, t.rule, t.namespace).await?;
+        let uids = parent_uids(t.client, t.rule, t.namespace).await?;
         for (served_key, old, kinds) in before {
-            let (moved, let_go) = take_from(t, &old.rule, &kinds, &uids).await?;
-            tracing::info!(from = %old.rule, kind = %me.kind, taken_over = moved, let_go, "the kind was served by another rule: its children of this rule's kinds are this rule's now, its other children that ask to be orphaned let go");
-            inventory.remove(&served_key).await?;
+            let done = take_from(t, &old.rule, &kinds, &uids).await?;
+            tracing::info!(from = %old.rule, kind = %me.kind, taken_over = done.moved, let_go = done.let_go, "the kind was served by another rule: its children of this rule's kinds are this rule's now, its other children that ask to be orphaned let go");
+            // (A kind ruleop could not read stays to do: the record stays, and the next
+            // start of the rule tries it again.)
+            if done.skipped == 0 {
+                inventory.remove(&served_key).await?;
+            }
         }
     }
     let value = serde_json::to_string(&me).unwrap_or_default();
@@ -149,34 +156,48 @@ async fn once(t: &Takeover<'_>) -> Result<(), TakeoverError> {
     Ok(())
 }
 
+/// What a takeover of one rule's children did.
+struct Done {
+    moved: usize,
+    let_go: usize,
+    /// Kinds that could not be read.
+    skipped: usize,
+}
+
 /// Takes over rule `old`'s children of the kinds `t.rule` makes, lets go its others that
-/// ask to be orphaned (of `kinds`, the kinds recorded for it), of the resources `uids`;
-/// how many of each.
+/// ask to be orphaned (of `kinds`, the kinds recorded for it), of the resources `uids`.
 async fn take_from(
     t: &Takeover<'_>,
     old: &str,
     kinds: &BTreeSet<Made>,
     uids: &BTreeSet<String>,
-) -> Result<(usize, usize), TakeoverError> {
+) -> Result<Done, TakeoverError> {
     let client = &t.inventory.client;
     let fence = &t.inventory.fence;
     // (Every kind it makes is looked at, recorded for the old rule or not.)
     let mine = crate::lifecycle::kinds::kinds_of(t.rule);
-    let mut moved = 0;
+    let mut done = Done {
+        moved: 0,
+        let_go: 0,
+        skipped: 0,
+    };
     for made in &mine {
-        moved += hand_over(t, old, made, uids).await?;
+        match hand_over(t, old, made, uids).await? {
+            Some(n) => done.moved += n,
+            None => done.skipped += 1,
+        }
     }
-    let mut n = 0;
     for made in kinds
         .iter()
         .filter(|k| !mine.iter().any(|m| m.group_kind() == k.group_kind()))
     {
         let pair = [made.pair()];
         match let_go(client, fence, old, pair, t.namespace, uids, false).await {
-            Ok(k) => n += k,
+            Ok(k) => done.let_go += k,
             // ruleop may not read the kind (its RBAC no longer covers it): nothing of it
-            // can be let go, and waiting would not change that.
+            // can be let go now, and waiting would not change that.
             Err(LetGoError::Forbidden { kind, message }) => {
+                done.skipped += 1;
                 tracing::warn!(from = %old, kind = %kind, error = %message, "the previous rule's children of this kind cannot be read: those that ask to be orphaned stay owned by their resource (grant ruleop `list` and `patch` on the kind, and restart the rule, to let them go)");
             }
             Err(source) => {
@@ -187,21 +208,22 @@ async fn take_from(
             }
         }
     }
-    Ok((moved, n))
+    Ok(done)
 }
 
 /// Moves rule `old`'s label to `t.rule` on its objects of `made` whose controller is one
-/// of `uids` (one merge patch each, only if the object is still the version read).
+/// of `uids` (one merge patch each, only if the object is still the version read); how
+/// many, None when the rule may not read the kind.
 async fn hand_over(
     t: &Takeover<'_>,
     old: &str,
     made: &Made,
     uids: &BTreeSet<String>,
-) -> Result<usize, TakeoverError> {
+) -> Result<Option<usize>, TakeoverError> {
     use crate::render::RULE_LABEL;
     use kube::ResourceExt;
     use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-    let client = &t.inventory.client;
+    let client = t.client;
     let failed = |message: String| TakeoverError::HandOver {
         rule: old.to_string(),
         kind: made.kind.clone(),
@@ -210,7 +232,7 @@ async fn hand_over(
     let (group, version) = crate::schema::kinds::group_version(&made.api_version);
     let resolved = match crate::cache::discovery::child(client, group, version, &made.kind).await {
         Ok(Some(r)) => r,
-        Ok(None) => return Ok(0),
+        Ok(None) => return Ok(Some(0)),
         Err(e) => return Err(failed(e.to_string())),
     };
     let ar = &*resolved.resource;
@@ -225,7 +247,7 @@ async fn hand_over(
         // previous rule made of it stays as it is.
         Err(kube::Error::Api(s)) if s.code == 403 => {
             tracing::warn!(from = %old, kind = %made.kind, error = %s.message, "the previous rule's children of this kind cannot be read: they are not taken over");
-            return Ok(0);
+            return Ok(None);
         }
         Err(e) => return Err(failed(e.to_string())),
     };
@@ -254,7 +276,7 @@ async fn hand_over(
             Err(e) => return Err(failed(e.to_string())),
         }
     }
-    Ok(n)
+    Ok(Some(n))
 }
 
 #[cfg(test)]
