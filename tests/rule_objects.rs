@@ -20,6 +20,21 @@ fn apply(v: &Value) {
     );
 }
 
+/// A ruleop serving the Rules labelled `ruleop.dev/test=<ns>`, its state in `ns`, with
+/// `extra` arguments.
+fn rules_operator(ns: &str, extra: &[&str]) -> Operator {
+    let selector = format!("ruleop.dev/test={ns}");
+    let mut args = vec![
+        "--rule-objects=true",
+        "--rule-selector",
+        &selector,
+        "--lease-namespace",
+        ns,
+    ];
+    args.extend_from_slice(extra);
+    Operator::start(ns, &[], &args)
+}
+
 /// The Rule's status once `f` holds of it.
 async fn rule_status(name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
     eventually(T, what, || async {
@@ -310,21 +325,8 @@ async fn a_deleted_rule_releases_its_finalizers_and_lets_its_orphans_go() {
     install_crds(&[RULE_CRD, "tests/fixtures/trust/crd.yaml"]);
     let ns = common::namespace(&client, "rule-release").await;
     let name = format!("boxes-{ns}");
-    let selector = format!("ruleop.dev/test={ns}");
-    let _op = Operator::start(
-        &ns,
-        &[],
-        &[
-            "--rule-objects=true",
-            "--rule-selector",
-            &selector,
-            "--lease-namespace",
-            &ns,
-            // A removed rule is released once it has stayed away this long.
-            "--rules-settle-seconds",
-            "3",
-        ],
-    );
+    // A removed rule is released once it has stayed away this long.
+    let _op = rules_operator(&ns, &["--rules-settle-seconds", "3"]);
     let cm = |id: &str, extra: &str| {
         json!({"id": id, "onRemove": extra, "template": {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": format!("{{{{ name }}}}-{id}")}, "data": {"a": "1"}}})
@@ -381,21 +383,8 @@ async fn a_rule_taking_over_a_removed_rules_kind_lets_its_orphans_go_first() {
     install_crds(&[RULE_CRD, "tests/fixtures/trust/crd.yaml"]);
     let ns = common::namespace(&client, "rule-takeover").await;
     let (old, new) = (format!("old-{ns}"), format!("new-{ns}"));
-    let selector = format!("ruleop.dev/test={ns}");
-    let _op = Operator::start(
-        &ns,
-        &[],
-        &[
-            "--rule-objects=true",
-            "--rule-selector",
-            &selector,
-            "--lease-namespace",
-            &ns,
-            // The removed rule's own release would come only after this wait.
-            "--rules-settle-seconds",
-            "600",
-        ],
-    );
+    // The removed rule's own release would come only after this wait.
+    let _op = rules_operator(&ns, &["--rules-settle-seconds", "600"]);
     let child = |id: &str, kind: &str, extra: &str| {
         json!({"id": id, "onRemove": extra, "template": {"apiVersion": "v1", "kind": kind,
             "metadata": {"name": format!("{{{{ name }}}}-{id}")}, "data": {"a": "MQ=="}}})
@@ -484,19 +473,7 @@ async fn a_kind_is_defined_for_a_rule_only_once_its_account_may_update_the_crd()
     let name = format!("things-{ns}");
     let group = format!("{ns}.ruleop.dev");
     let crd = format!("things.{group}");
-    let selector = format!("ruleop.dev/test={ns}");
-    let _op = Operator::start(
-        &ns,
-        &[],
-        &[
-            "--rule-objects=true",
-            "--rule-selector",
-            &selector,
-            "--lease-namespace",
-            &ns,
-            "--install-crds",
-        ],
-    );
+    let _op = rules_operator(&ns, &["--install-crds"]);
     kubectl_ok(&["create", "serviceaccount", "maker", "-n", &ns], None);
     apply(&json!({"apiVersion": "ruleop.dev/v1alpha1", "kind": "Rule",
         "metadata": {"name": name, "labels": {"ruleop.dev/test": ns}},
