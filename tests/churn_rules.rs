@@ -3,7 +3,10 @@
 //! time), on a control plane of its own with the API server's audit log. The Rule is edited
 //! (the same edits as the files' churn: kinds added and dropped mid-rollout), an earlier
 //! spec is applied again, rollouts are resumed and aborted by annotation, a second Rule on
-//! the same kind comes and goes, so does a Rule named as the replicas' file rule, a
+//! the same kind comes and goes, so does a Rule named as the replicas' file rule, the
+//! serving Rule is deleted and another takes its kind over (and back), resources pin
+//! revisions whose kinds the newest dropped, an abort, an earlier spec and a leader's
+//! kill come in one sequence, a
 //! resource nested too deep to decode is made, resources are edited, made and deleted,
 //! the leader is killed and fails over, the API server restarts.
 //!
@@ -405,8 +408,9 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
         let started = Timestamp::now();
         // (Every run has a Rule named as the files' rule, a third of the way, a pin, half
         // way, and a hostile resource, two thirds of the way, at least once.)
-        let pick = match rng.usize(0..27) {
+        let pick = match rng.usize(0..28) {
             _ if step == steps / 3 && !named_ever => 22,
+            _ if step == steps / 6 && !counts.contains_key("abort, apply, restart") => 27,
             _ if step == 5 * steps / 6 && !counts.contains_key("takeovers") => 25,
             _ if step == 2 * steps / 3 && !deep => 23,
             _ if step == steps / 2 && !counts.contains_key("pins") => 24,
@@ -568,6 +572,34 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
                     None,
                 );
                 ("pins", format!("{name} pins {pin}"))
+            }
+            27 if applied.len() > 1 => {
+                // In one sequence: the rollout aborted, an earlier spec applied again, the
+                // leader killed (a new one must read back what the rollout decided).
+                kubectl_at(
+                    &kc,
+                    &[
+                        "annotate",
+                        "rule",
+                        &serving,
+                        "ruleop.dev/rollout=abort",
+                        "--overwrite",
+                    ],
+                    None,
+                );
+                let i = rng.usize(0..applied.len() - 1);
+                let text = applied[i].clone();
+                if text != newest {
+                    last_start = step;
+                }
+                applied.push(text.clone());
+                apply(&kc, &rule_object(&serving, &text));
+                let leader = holder(&kc).unwrap_or_default();
+                replicas[usize::from(leader.starts_with('b'))].restart(&kc);
+                (
+                    "abort, apply, restart",
+                    format!("abort, spec {i} applied again, kill the leader {leader}"),
+                )
             }
             25 | 26 if !second && !named => {
                 // The serving Rule deleted, another takes the kind over (half the time
