@@ -97,8 +97,17 @@ fn rollout() -> Value {
 }
 
 /// Rule `name` holding the rules text `text`, with the rollout.
+/// The heir's selectors are written out as `churn`'s: `selectorLabels` holds the rule's
+/// name, and a Deployment's selector is immutable (a rule of another name could not take
+/// its Deployments over).
 fn rule_object(name: &str, text: &str) -> Value {
-    let mut spec: Value = serde_yaml::from_str(text).unwrap();
+    let same_selector =
+        "{app.kubernetes.io/name: churn, app.kubernetes.io/instance: \"{{ name }}\"}";
+    let text = match name {
+        HEIR => text.replace("\"{{ selectorLabels }}\"", same_selector),
+        _ => text.to_string(),
+    };
+    let mut spec: Value = serde_yaml::from_str(&text).unwrap();
     spec["name"] = json!(name);
     spec["rollout"] = rollout();
     json!({"apiVersion": "ruleop.dev/v1alpha1", "kind": "Rule", "metadata": {"name": name}, "spec": spec})
@@ -285,6 +294,23 @@ fn a_pin(kc: &str, serving: &str, newest: &str, rng: &mut fastrand::Rng) -> Stri
     }
 }
 
+/// An earlier spec of `applied` (not the newest) applied again to Rule `serving`, and
+/// recorded as the newest: which one, and whether it differs from the newest before (a
+/// new revision: the rule starts again).
+fn apply_again(
+    kc: &str,
+    serving: &str,
+    applied: &mut Vec<String>,
+    rng: &mut fastrand::Rng,
+) -> (usize, bool) {
+    let i = rng.usize(0..applied.len() - 1);
+    let text = applied[i].clone();
+    let changed = applied.last() != Some(&text);
+    applied.push(text.clone());
+    apply(kc, &rule_object(serving, &text));
+    (i, changed)
+}
+
 /// Rule `from` deleted, then Rule `to` applied with `text`: `to` takes the kind over.
 fn take_over(kc: &str, from: &str, to: &str, text: &str) -> String {
     kubectl_at(kc, &["delete", "rule", from], None);
@@ -428,13 +454,10 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
             }
             5 if applied.len() > 1 => {
                 // An earlier spec again: that revision again, rolled out as any other.
-                let i = rng.usize(0..applied.len() - 1);
-                let text = applied[i].clone();
-                if text != newest {
+                let (i, changed) = apply_again(&kc, &serving, &mut applied, &mut rng);
+                if changed {
                     last_start = step;
                 }
-                applied.push(text.clone());
-                apply(&kc, &rule_object(&serving, &text));
                 ("reapplies", format!("spec {i} applied again"))
             }
             6 => {
@@ -587,13 +610,10 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
                     ],
                     None,
                 );
-                let i = rng.usize(0..applied.len() - 1);
-                let text = applied[i].clone();
-                if text != newest {
+                let (i, changed) = apply_again(&kc, &serving, &mut applied, &mut rng);
+                if changed {
                     last_start = step;
                 }
-                applied.push(text.clone());
-                apply(&kc, &rule_object(&serving, &text));
                 let leader = holder(&kc).unwrap_or_default();
                 replicas[usize::from(leader.starts_with('b'))].restart(&kc);
                 (

@@ -82,6 +82,11 @@ fn operator(ns: &str) -> Operator {
     )
 }
 
+/// Sets (`ruleop.dev/revision=N`) or removes (`ruleop.dev/revision-`) a WebSite's pin.
+fn pin(ns: &str, site: &str, annotation: &str) {
+    kubectl_ok(&["annotate", "website", site, "-n", ns, annotation], None);
+}
+
 async fn all_ready_on(ns: &str, n: usize, revision: i64) {
     eventually(
         LONG,
@@ -377,17 +382,7 @@ async fn a_pin_holds_its_resource_until_the_rule_disables_pins() {
     apply(&one);
     websites(&ns, 2);
     all_ready_on(&ns, 2, 1).await;
-    kubectl_ok(
-        &[
-            "annotate",
-            "website",
-            "site-0",
-            "-n",
-            &ns,
-            "ruleop.dev/revision=1",
-        ],
-        None,
-    );
+    pin(&ns, "site-0", "ruleop.dev/revision=1");
     // Revision 2 adds a ConfigMap: the pinned site stays on revision 1, without it.
     let mut two = one.clone();
     two["spec"]["children"].as_array_mut().unwrap().push(json!({
@@ -445,17 +440,7 @@ async fn a_pin_keeps_the_kind_the_newest_revision_dropped() {
     all_ready_on(&ns, 2, 1).await;
     let before = extras(&ns);
     assert_eq!(before.len(), 2, "{before:?}");
-    kubectl_ok(
-        &[
-            "annotate",
-            "website",
-            "site-0",
-            "-n",
-            &ns,
-            "ruleop.dev/revision=1",
-        ],
-        None,
-    );
+    pin(&ns, "site-0", "ruleop.dev/revision=1");
     // Revision 2 makes no ConfigMap.
     let two = website_rule(&name, &ns);
     apply(&two);
@@ -473,17 +458,7 @@ async fn a_pin_keeps_the_kind_the_newest_revision_dropped() {
         before.get("site-0"),
         "the pinned site's ConfigMap, of a kind only its revision makes, is kept"
     );
-    kubectl_ok(
-        &[
-            "annotate",
-            "website",
-            "site-0",
-            "-n",
-            &ns,
-            "ruleop.dev/revision-",
-        ],
-        None,
-    );
+    pin(&ns, "site-0", "ruleop.dev/revision-");
     eventually(LONG, "site-0 on revision 2, its ConfigMap gone", || async {
         let w = get_json("website", &ns, "site-0")?;
         (w["status"]["ruleRevision"] == 2 && extras(&ns).is_empty()).then_some(())
