@@ -125,6 +125,27 @@ fn rule_status(kc: &str, rule: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// Whether ruleop has answered everything asked of Rule `rule`: no `ruleop.dev/rollout`
+/// left on it (the test's last resume may land after the rollout moved on: ruleop takes it
+/// off on its next look) and its status says its generation serves.
+fn rule_answered(kc: &str, rule: &str) -> Result<(), String> {
+    let r = get(kc, &["get", "rule", rule, "-o", "json"]).unwrap_or(Value::Null);
+    let asked = &r["metadata"]["annotations"]["ruleop.dev/rollout"];
+    if !asked.is_null() {
+        return Err(format!(
+            "Rule {rule}: ruleop.dev/rollout={asked} not taken off yet"
+        ));
+    }
+    let ready = common::condition(&r, "Ready").is_some_and(|c| c["status"] == "True");
+    if !ready || r["status"]["observedGeneration"] != r["metadata"]["generation"] {
+        return Err(format!(
+            "Rule {rule}: not serving its generation yet: {}",
+            r["status"]["conditions"]
+        ));
+    }
+    Ok(())
+}
+
 /// The specs of Rule `rule`'s revisions, by number.
 fn revisions(kc: &str, rule: &str) -> BTreeMap<i64, Value> {
     let list = get(
@@ -743,15 +764,17 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
             Some(r) => {
                 let want = expect_all(&r, &specs, &shared_in_ns);
                 let done = ro["phase"] != "Paused" && ro["phase"] != "Progressing";
-                let c = converged(&kc, &specs, &want, &r, &shared_in_ns).and_then(|()| {
-                    // (The pins were taken off: the rollout counts none once it saw it.)
-                    let unpinned = ro["pinned"].as_u64().unwrap_or(0) == 0;
-                    if (done || ro.is_null()) && unpinned {
-                        Ok(())
-                    } else {
-                        Err(format!("rollout {ro}"))
-                    }
-                });
+                let c = converged(&kc, &specs, &want, &r, &shared_in_ns)
+                    .and_then(|()| {
+                        // (The pins were taken off: the rollout counts none once it saw it.)
+                        let unpinned = ro["pinned"].as_u64().unwrap_or(0) == 0;
+                        if (done || ro.is_null()) && unpinned {
+                            Ok(())
+                        } else {
+                            Err(format!("rollout {ro}"))
+                        }
+                    })
+                    .and_then(|()| rule_answered(&kc, RULE));
                 rule = r;
                 c
             }

@@ -14,6 +14,10 @@ pub const POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+  # (The Rules' writes with their bodies: a late one says what it changed.)
+  - level: Request
+    verbs: [create, update, patch, delete]
+    resources: [{group: ruleop.dev, resources: [rules, rules/status]}]
   - level: Metadata
     verbs: [create, update, patch, delete]
   - level: None
@@ -88,11 +92,12 @@ pub struct Write {
     pub verb: String,
     pub resource: String,
     /// `status`, or "" for the object itself (the churn test counts the migration's).
-    #[allow(dead_code)]
     pub subresource: String,
     pub namespace: String,
     pub name: String,
     pub code: i64,
+    /// The request's body, where the audit policy keeps it (the Rules' writes).
+    pub body: Value,
 }
 
 pub fn ruleops_writes(audit: &str) -> Vec<Write> {
@@ -124,6 +129,7 @@ pub fn ruleops_writes(audit: &str) -> Vec<Write> {
                     .to_string(),
                 name: e["objectRef"]["name"].as_str().unwrap_or("").to_string(),
                 code: e["responseStatus"]["code"].as_i64().unwrap_or(0),
+                body: e["requestObject"].clone(),
             })
         })
         .collect()
@@ -189,7 +195,23 @@ pub fn check_writes(writes: &[Write], quiet: Timestamp, seed: u64, also: &[&str]
     let late: Vec<String> = writes
         .iter()
         .filter(|w| w.at > quiet && w.resource != "leases" && w.resource != "events")
-        .map(|w| format!("{} {} {}", w.verb, w.resource, w.name))
+        .map(|w| {
+            let sub = if w.subresource.is_empty() {
+                String::new()
+            } else {
+                format!("/{}", w.subresource)
+            };
+            let body = if w.body.is_null() {
+                String::new()
+            } else {
+                format!(" {}", w.body)
+            };
+            let after = w.at.duration_since(quiet).as_secs();
+            format!(
+                "{} {}{sub} {} ({after} s into the quiet){body}",
+                w.verb, w.resource, w.name
+            )
+        })
         .collect();
     assert!(
         late.is_empty(),
