@@ -13,7 +13,8 @@ cargo run --quiet -- crd --rule-kind >deploy/crds/rules.ruleop.dev.yaml
 cargo run --quiet -- rbac --rules rules/ --crd deploy/crds/websites.sre.example.com.yaml --crd deploy/crds/myapps.myscheme.example.com.yaml >deploy/rbac.yaml
 {
   echo "# Generated from rules/ by deploy/generate.sh. Do not edit: regenerate."
-  kubectl create configmap ruleop-rules --namespace ruleop-system --from-file=rules/ --dry-run=client -o yaml
+  kubectl create configmap ruleop-rules --namespace ruleop-system --from-file=rules/ --dry-run=client -o yaml |
+    kubectl label --local -f - app.kubernetes.io/name=ruleop -o yaml
 } >deploy/rules-configmap.yaml
 cargo run --quiet -- rule --rules rules/ >examples/rules.yaml
 tmp="$(mktemp -d)"

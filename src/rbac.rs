@@ -186,6 +186,17 @@ fn identities(rules: &[Arc<CompiledRule>], t: &Target, ruleop: &Value) -> Vec<Va
     out
 }
 
+/// The CRDs of the rules' watched kinds (`<resource>.<group>`), which each rule follows
+/// for changes of its schema.
+fn followed_crds(rules: &[Arc<CompiledRule>]) -> Vec<String> {
+    let names: BTreeSet<String> = rules
+        .iter()
+        .filter(|r| !r.watch.group.is_empty())
+        .map(|r| format!("{}.{}", r.watch.resource, r.watch.group))
+        .collect();
+    names.into_iter().collect()
+}
+
 /// The CRDs of the rules' kinds in several versions, by name.
 fn converted_crds(rules: &[Arc<CompiledRule>]) -> Vec<String> {
     rules
@@ -290,6 +301,11 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
         rules.push(json!({"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}));
         // Who may scrape /metrics (`--metrics-auth kubernetes`): the caller's token.
         rules.push(json!({"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}));
+        // Each watched kind's CRD followed for schema changes, by name (read only).
+        let followed = followed_crds(&own);
+        if !followed.is_empty() {
+            rules.push(json!({"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "resourceNames": followed, "verbs": ["get", "list", "watch"]}));
+        }
     }
     out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": rule_objects},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": rule_objects}, "subjects": subject}));
@@ -306,6 +322,10 @@ pub fn manifests(rules: &[Arc<CompiledRule>], t: &Target) -> Vec<Value> {
     out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": lease, "namespace": t.operator_namespace},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": lease}, "subjects": subject}));
     out.extend(identities(rules, t, &subject));
+    // Each object says whose it is (the standard label: `kubectl get -l` finds them all).
+    for o in &mut out {
+        o["metadata"]["labels"] = json!({"app.kubernetes.io/name": "ruleop"});
+    }
     out
 }
 
@@ -387,6 +407,27 @@ mod tests {
             m[4]["kind"], "Role",
             "the Lease is only in the operator's namespace"
         );
+    }
+
+    #[test]
+    fn the_watched_kinds_crds_are_read_by_name_so_a_clean_start_warns_of_nothing() {
+        let (rules, _) = crate::rules::load_str(
+            include_str!("../rules/website.yaml"),
+            std::path::Path::new("w.yaml"),
+        );
+        let m = manifests(&rules, &target());
+        let crds: Vec<&Value> = m
+            .iter()
+            .filter_map(|o| o["rules"].as_array())
+            .flatten()
+            .filter(|r| r["resources"] == json!(["customresourcedefinitions"]))
+            .collect();
+        assert_eq!(crds.len(), 1, "{crds:?}");
+        assert_eq!(
+            crds[0]["resourceNames"],
+            json!(["websites.sre.example.com"])
+        );
+        assert_eq!(crds[0]["verbs"], json!(["get", "list", "watch"]));
     }
 
     #[test]

@@ -13,6 +13,7 @@
 
 mod common;
 
+use common::chart::{helm, objects};
 use common::{Cluster, eventually, kubectl_at};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -21,55 +22,6 @@ use std::time::Duration;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const NS: &str = "ruleop-system";
 const T: Duration = Duration::from_secs(120);
-
-/// Runs helm; gives stdout, failing the test with stderr when helm fails.
-fn helm(args: &[&str], kubeconfig: Option<&str>) -> String {
-    let mut cmd = std::process::Command::new(common::go_tool("helm"));
-    cmd.args(args).current_dir(ROOT);
-    // helm's own state (repositories, cache) out of $HOME.
-    let home = std::path::Path::new(ROOT).join("target/helm-home");
-    cmd.env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_DATA_HOME", home.join("data"));
-    match kubeconfig {
-        Some(kc) => cmd.env("KUBECONFIG", kc),
-        None => cmd.env_remove("KUBECONFIG"),
-    };
-    let out = cmd.output().expect("running helm");
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// The objects of a multi-document YAML text, by `Kind namespace/name`.
-fn objects(text: &str) -> BTreeMap<String, Value> {
-    let mut out = BTreeMap::new();
-    for doc in serde_yaml::Deserializer::from_str(text) {
-        let v: Value = serde::Deserialize::deserialize(doc).unwrap();
-        if v.is_null() {
-            continue;
-        }
-        // (`kubectl create --dry-run` writes a null creationTimestamp.)
-        let mut v = v;
-        if v["metadata"]["creationTimestamp"].is_null()
-            && let Some(m) = v["metadata"].as_object_mut()
-        {
-            m.remove("creationTimestamp");
-        }
-        let key = format!(
-            "{} {}/{}",
-            v["kind"].as_str().unwrap_or_default(),
-            v["metadata"]["namespace"].as_str().unwrap_or_default(),
-            v["metadata"]["name"].as_str().unwrap_or_default()
-        );
-        out.insert(key, v);
-    }
-    out
-}
 
 /// What Helm adds to every object, taken off: its labels (and an emptied label map).
 fn without_helm_labels(mut o: Value) -> Value {

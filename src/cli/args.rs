@@ -238,6 +238,9 @@ pub(super) struct RenderArgs {
     pub(super) rule: Option<String>,
     /// A YAML file with one or more custom resources.
     pub(super) cr: PathBuf,
+    /// The namespace of a custom resource that names none (as `kubectl apply -n`).
+    #[arg(short, long, default_value = "default")]
+    pub(super) namespace: String,
     /// A YAML stream of live children and existing objects (as `kubectl get -o yaml`
     /// prints them): the children are rendered as if those were in the cluster, and the
     /// status they would get is printed on stderr (or to `--status`).

@@ -47,6 +47,27 @@ pub struct Inventory {
     pub fence: std::sync::Arc<Fence>,
 }
 
+/// Makes a write of the inventory again while it lost a race (409: the ConfigMap made or
+/// changed meanwhile, as rules starting together do), on what the other wrote.
+async fn again<F: std::future::Future<Output = Result<(), InventoryError>>>(
+    mut write: impl FnMut() -> F,
+) -> Result<(), InventoryError> {
+    let mut tries = 0;
+    loop {
+        match write().await {
+            Err(InventoryError::Store {
+                source: kube::Error::Api(s),
+                ..
+            }) if s.code == 409 && tries < 5 => {
+                tries += 1;
+                tracing::debug!(tries, "the inventory changed meanwhile; writing again");
+                tokio::time::sleep(Duration::from_millis(50 * tries)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// The inventory key of a rule: its name, or `<name>.<namespace>` for an operator that
 /// runs in one namespace only (two such operators keep apart).
 pub fn key(rule: &str, scope: Option<&str>) -> String {
@@ -90,6 +111,10 @@ impl Inventory {
 
     /// Removes `key` from the inventory, if it is there.
     pub async fn remove(&self, key: &str) -> Result<(), InventoryError> {
+        again(|| self.remove_once(key)).await
+    }
+
+    async fn remove_once(&self, key: &str) -> Result<(), InventoryError> {
         let api = self.api();
         let Some(mut cm) = api.get_opt(INVENTORY).await.map_err(|e| self.err(e))? else {
             return Ok(());
@@ -108,6 +133,10 @@ impl Inventory {
 
     /// Sets `key` to `value` in the inventory, if that changes anything.
     pub async fn set(&self, key: &str, value: String) -> Result<(), InventoryError> {
+        again(|| self.set_once(key, &value)).await
+    }
+
+    async fn set_once(&self, key: &str, value: &str) -> Result<(), InventoryError> {
         let api = self.api();
         let existing = api.get_opt(INVENTORY).await.map_err(|e| self.err(e))?;
         if !self.fence.holds() {
@@ -116,10 +145,10 @@ impl Inventory {
         match existing {
             Some(mut cm) => {
                 let data = cm.data.get_or_insert_with(Default::default);
-                if data.get(key) == Some(&value) {
+                if data.get(key).map(String::as_str) == Some(value) {
                     return Ok(());
                 }
-                data.insert(key.to_string(), value);
+                data.insert(key.to_string(), value.to_string());
                 api.replace(INVENTORY, &PostParams::default(), &cm)
                     .await
                     .map_err(|e| self.err(e))?;
@@ -127,7 +156,7 @@ impl Inventory {
             None => {
                 let mut cm = ConfigMap::default();
                 cm.metadata.name = Some(INVENTORY.into());
-                cm.data = Some([(key.to_string(), value)].into());
+                cm.data = Some([(key.to_string(), value.to_string())].into());
                 api.create(&PostParams::default(), &cm)
                     .await
                     .map_err(|e| self.err(e))?;

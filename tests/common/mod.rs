@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod access;
+pub mod chart;
 pub mod fleet;
 pub mod proxy;
 pub mod view;
@@ -331,7 +332,12 @@ impl Drop for Operator {
 /// A YAML manifest from the repo with its namespace replaced.
 pub fn manifest_in(file: &str, ns: &str) -> String {
     let text = std::fs::read_to_string(format!("{}/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
-    text.replace("namespace: default", &format!("namespace: {ns}"))
+    // (The examples name no namespace: `kubectl apply -n NS -f` puts them anywhere.)
+    if text.contains("namespace: default") {
+        text.replace("namespace: default", &format!("namespace: {ns}"))
+    } else {
+        text.replace("metadata:\n", &format!("metadata:\n  namespace: {ns}\n"))
+    }
 }
 
 /// The `status` of condition `type_` on an object.
