@@ -5,7 +5,10 @@
 //!   ruleop), and with the monitoring package (deploy/monitoring/); its generated files are
 //!   fresh, and its appVersion is ruleop's;
 //! - on a control plane of its own: `helm install`, ruleop run as the chart's ServiceAccount
-//!   with the chart's arguments and rules makes a WebSite Ready; `helm upgrade` with other
+//!   with the chart's arguments and rules makes a WebSite Ready, and its start logs no
+//!   warning, no 403 and no 409; a second installation (`web`, in a namespace of its own,
+//!   `--skip-crds`) installs beside it; a changed CRD applies over Helm's with the manual's
+//!   command; `helm upgrade` with other
 //!   values and a new chart version restarts no pod of the WebSite, and with `installCRDs`
 //!   ruleop upgrades the Rule CRD Helm left as it was; `ruleop release` lets the WebSite's
 //!   workload go (it outlives the WebSite); `helm uninstall` and the namespace's deletion
@@ -364,6 +367,43 @@ async fn helm_installs_upgrades_with_no_pod_restarted_and_uninstalls() {
     website_ready(&c, "shop", "front").await;
     let before = pods_of(&c, "shop", "front");
     assert_eq!(before.len(), 2, "{before:?}");
+    // A clean start with the chart's RBAC warns of nothing (no 403, no 409).
+    let log = std::fs::read_to_string(format!("{ROOT}/target/test-logs/helm.log")).unwrap();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            [
+                "\"level\":\"WARN\"",
+                "\"level\":\"ERROR\"",
+                "Forbidden",
+                "AlreadyExists",
+                "Conflict",
+                "cannot be watched",
+            ]
+            .iter()
+            .any(|w| l.contains(w))
+        })
+        .collect();
+    assert!(warned.is_empty(), "a clean start warned: {warned:#?}");
+
+    // A second installation, in a namespace of its own with its rule selector: Helm finds
+    // no object of the first's in its way (the CRDs are the cluster's, installed once:
+    // `--skip-crds`).
+    helm(
+        &[
+            "install",
+            "web",
+            "charts/ruleop",
+            "-n",
+            "team-web",
+            "--create-namespace",
+            "--skip-crds",
+            "--set",
+            "extraArgs={--rule-selector=team=web}",
+        ],
+        kc,
+    );
+    helm(&["uninstall", "web", "-n", "team-web", "--wait"], kc);
 
     // A values change and a new chart version: ruleop's pods would roll; the WebSite's
     // must not.
@@ -382,6 +422,43 @@ async fn helm_installs_upgrades_with_no_pod_restarted_and_uninstalls() {
         .unwrap()
         .replace("version: 0.1.0", "version: 0.1.1-test");
     std::fs::write(&chart_yaml, text).unwrap();
+    // A CRD that changed in the new chart (a printer column more): Helm leaves crds/ as
+    // they were; the manual's command applies it over what Helm installed.
+    let crd = next
+        .path()
+        .join("ruleop/crds/websites.sre.example.com.yaml");
+    let changed = std::fs::read_to_string(&crd).unwrap().replacen(
+        "additionalPrinterColumns:\n",
+        "additionalPrinterColumns:\n    - {name: Upgraded, type: string, jsonPath: .spec.image}\n",
+        1,
+    );
+    assert!(
+        changed.contains("Upgraded"),
+        "the CRD has printer columns to add to"
+    );
+    std::fs::write(&crd, changed).unwrap();
+    c.kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=helm",
+            "-f",
+            crd.to_str().unwrap(),
+        ],
+        None,
+    );
+    let columns = c.kubectl(
+        &[
+            "get",
+            "crd",
+            "websites.sre.example.com",
+            "-o",
+            "jsonpath={.spec.versions[*].additionalPrinterColumns[*].name}",
+        ],
+        None,
+    );
+    assert!(columns.contains("Upgraded"), "{columns}");
     helm(
         &[
             "upgrade",
