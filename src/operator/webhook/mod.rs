@@ -161,7 +161,7 @@ impl Config {
         Ok(json!({
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": self.name},
+            "metadata": {"name": self.name, "labels": {"app.kubernetes.io/name": "ruleop"}},
             "webhooks": [hook],
         }))
     }
