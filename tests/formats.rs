@@ -164,6 +164,19 @@ fn the_shipped_rbac_and_rules_configmap_are_generated_from_the_shipped_rules() {
         ],
         None,
     );
+    // (Labelled as every object of deploy/.)
+    let cm = common::kubectl_ok(
+        &[
+            "label",
+            "--local",
+            "-f",
+            "-",
+            "app.kubernetes.io/name=ruleop",
+            "-o",
+            "yaml",
+        ],
+        Some(&cm),
+    );
     let shipped_cm =
         std::fs::read_to_string(format!("{root}/deploy/rules-configmap.yaml")).unwrap();
     assert!(
