@@ -192,7 +192,7 @@ fn followed_crds(rules: &[Arc<CompiledRule>]) -> Vec<String> {
     let names: BTreeSet<String> = rules
         .iter()
         .filter(|r| !r.watch.group.is_empty())
-        .map(|r| format!("{}.{}", r.watch.resource, r.watch.group))
+        .map(|r| r.watch.crd_name())
         .collect();
     names.into_iter().collect()
 }

@@ -152,12 +152,8 @@ fn offline(args: &DiffArgs) -> anyhow::Result<Tally> {
     let mut summary = Tally::new(args);
     for path in &args.resources {
         for mut cr in read_objects(path)? {
-            // (One that names no namespace is in `--namespace`'s, else `default`'s, as
-            // `kubectl apply` puts it.)
-            if cr["metadata"]["namespace"].is_null() && cr["metadata"].is_object() {
-                cr["metadata"]["namespace"] =
-                    Value::from(args.namespace.as_deref().unwrap_or("default"));
-            }
+            // (One that names no namespace is in `--namespace`'s, else `default`'s.)
+            super::input::in_namespace(&mut cr, args.namespace.as_deref().unwrap_or("default"));
             let (r_old, r_new) = (pick_rule(&old, None, &cr)?, pick_rule(&new, None, &cr)?);
             let defaulted = |r: &CompiledRule, cr: &Value, crds: &[Value]| {
                 let mut c = cr.clone();

@@ -83,6 +83,13 @@ pub(super) fn read_crds(paths: &[PathBuf]) -> anyhow::Result<Vec<Value>> {
 }
 
 /// Reads a YAML stream of objects.
+/// Puts a resource that names no namespace in `namespace`, as `kubectl apply -n` does.
+pub(super) fn in_namespace(cr: &mut Value, namespace: &str) {
+    if cr["metadata"].is_object() && cr["metadata"]["namespace"].as_str().is_none() {
+        cr["metadata"]["namespace"] = Value::from(namespace);
+    }
+}
+
 pub(super) fn read_objects(path: &PathBuf) -> anyhow::Result<Vec<Value>> {
     use serde::Deserialize;
     let text =

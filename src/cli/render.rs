@@ -36,9 +36,7 @@ pub(super) fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
         // resource; one written in another version of the kind is converted to the
         // watched one first (its own version's defaults applied), as ruleop's webhook would.
         let mut defaulted = cr.clone();
-        if defaulted["metadata"]["namespace"].is_null() {
-            defaulted["metadata"]["namespace"] = Value::String(args.namespace.clone());
-        }
+        super::input::in_namespace(&mut defaulted, &args.namespace);
         let watched = &rule.watch.version;
         if let Some(v) = crate::ruletest::versions::written_in(rule, cr).filter(|v| v != watched) {
             if let Some(schema) = crate::ruletest::versions::schema_of(rule, v) {

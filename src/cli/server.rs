@@ -179,9 +179,7 @@ pub(super) async fn sample_problems(
             continue;
         }
         let mut cr = sample.clone();
-        if cr["metadata"]["namespace"].as_str().is_none() {
-            cr["metadata"]["namespace"] = Value::from(dr.default_namespace());
-        }
+        super::input::in_namespace(&mut cr, dr.default_namespace());
         if let Some(schema) = rules::crd::schema_of(rule, crds) {
             rules::crd::apply_defaults(&mut cr, schema);
         }

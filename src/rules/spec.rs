@@ -164,6 +164,11 @@ impl WatchSpec {
             format!("{}/{}", self.group, self.version)
         }
     }
+
+    /// The name of the watched kind's CRD, `<resource>.<group>` (a kind with a group).
+    pub fn crd_name(&self) -> String {
+        format!("{}.{}", self.resource, self.group)
+    }
 }
 
 /// One child object: a structured template with an optional condition.

@@ -88,7 +88,7 @@ fn start(b: &super::shape::Beside<'_>) -> Option<super::shape::AbortOnDrop> {
     let w = &b.early.rule.watch;
     Some(super::shape::spawn(follow(
         b.early.own.clone(),
-        format!("{}.{}", w.resource, w.group),
+        w.crd_name(),
         b.status_schema.clone(),
         b.reconcile_all.clone(),
     )))
