@@ -6,11 +6,10 @@ use std::collections::BTreeMap;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// Runs helm; gives stdout, failing the test with stderr when helm fails.
-pub fn helm(args: &[&str], kubeconfig: Option<&str>) -> String {
+/// helm with `args`, its own state (repositories, cache) out of $HOME, and `kubeconfig`.
+fn command(args: &[&str], kubeconfig: Option<&str>) -> std::process::Command {
     let mut cmd = std::process::Command::new(super::go_tool("helm"));
     cmd.args(args).current_dir(ROOT);
-    // helm's own state (repositories, cache) out of $HOME.
     let home = std::path::Path::new(ROOT).join("target/helm-home");
     cmd.env("HELM_CONFIG_HOME", home.join("config"))
         .env("HELM_CACHE_HOME", home.join("cache"))
@@ -19,7 +18,12 @@ pub fn helm(args: &[&str], kubeconfig: Option<&str>) -> String {
         Some(kc) => cmd.env("KUBECONFIG", kc),
         None => cmd.env_remove("KUBECONFIG"),
     };
-    let out = cmd.output().expect("running helm");
+    cmd
+}
+
+/// Runs helm; gives stdout, failing the test with stderr when helm fails.
+pub fn helm(args: &[&str], kubeconfig: Option<&str>) -> String {
+    let out = command(args, kubeconfig).output().expect("running helm");
     assert!(
         out.status.success(),
         "helm {args:?}: {}{}",
@@ -27,6 +31,14 @@ pub fn helm(args: &[&str], kubeconfig: Option<&str>) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// `args`, then `--set` and each of `set`.
+fn with_set<'a>(mut args: Vec<&'a str>, set: &[&'a str]) -> Vec<&'a str> {
+    for s in set {
+        args.extend(["--set", s]);
+    }
+    args
 }
 
 /// The objects of a multi-document YAML text, by `Kind namespace/name`.
@@ -57,30 +69,23 @@ pub fn objects(text: &str) -> BTreeMap<String, Value> {
 
 /// `helm template` of the chart as release `release` in `namespace`, with `set` (values).
 pub fn template(release: &str, namespace: &str, set: &[&str]) -> BTreeMap<String, Value> {
-    let mut args = vec![
-        "template",
-        release,
-        "charts/ruleop",
-        "--namespace",
-        namespace,
-    ];
-    for s in set {
-        args.extend(["--set", s]);
-    }
+    let args = with_set(
+        vec![
+            "template",
+            release,
+            "charts/ruleop",
+            "--namespace",
+            namespace,
+        ],
+        set,
+    );
     objects(&helm(&args, None))
 }
 
 /// `helm template` with `set` when helm refuses it: its message.
 pub fn refused(set: &[&str]) -> String {
-    let mut args = vec!["template", "ruleop", "charts/ruleop"];
-    for s in set {
-        args.extend(["--set", s]);
-    }
-    let out = std::process::Command::new(super::go_tool("helm"))
-        .args(&args)
-        .current_dir(ROOT)
-        .output()
-        .expect("running helm");
+    let args = with_set(vec!["template", "ruleop", "charts/ruleop"], set);
+    let out = command(&args, None).output().expect("running helm");
     assert!(!out.status.success(), "helm {args:?} took it");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
