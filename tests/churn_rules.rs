@@ -125,18 +125,18 @@ fn rule_status(kc: &str, rule: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
-/// Whether ruleop has answered everything asked of Rule `rule`: no `ruleop.dev/rollout`
-/// left on it (the test's last resume may land after the rollout moved on: ruleop takes it
-/// off on its next look) and its status says its generation serves.
-fn rule_answered(kc: &str, rule: &str) -> Result<(), String> {
-    let r = get(kc, &["get", "rule", rule, "-o", "json"]).unwrap_or(Value::Null);
+/// Whether ruleop has answered everything asked of Rule `r` (as read): no
+/// `ruleop.dev/rollout` left on it (the test's last resume may land after the rollout moved
+/// on: ruleop takes it off on its next look) and its status says its generation serves.
+fn rule_answered(r: &Value) -> Result<(), String> {
+    let rule = r["metadata"]["name"].as_str().unwrap_or(RULE);
     let asked = &r["metadata"]["annotations"]["ruleop.dev/rollout"];
     if !asked.is_null() {
         return Err(format!(
             "Rule {rule}: ruleop.dev/rollout={asked} not taken off yet"
         ));
     }
-    let ready = common::condition(&r, "Ready").is_some_and(|c| c["status"] == "True");
+    let ready = common::condition(r, "Ready").is_some_and(|c| c["status"] == "True");
     if !ready || r["status"]["observedGeneration"] != r["metadata"]["generation"] {
         return Err(format!(
             "Rule {rule}: not serving its generation yet: {}",
@@ -738,7 +738,8 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
     let mut rule = load(applied.last().unwrap());
     let took = std::time::Instant::now();
     eventually(Duration::from_secs(300), "every resource converged", || {
-        let status = rule_status(&kc, RULE);
+        let read = get(&kc, &["get", "rule", RULE, "-o", "json"]).unwrap_or(Value::Null);
+        let status = read["status"].clone();
         let ro = status["rollout"].clone();
         if ro["phase"] == "Paused" {
             kubectl_at(
@@ -774,7 +775,7 @@ async fn a_seeded_churn_of_rule_objects_with_rollouts_loses_nothing() {
                             Err(format!("rollout {ro}"))
                         }
                     })
-                    .and_then(|()| rule_answered(&kc, RULE));
+                    .and_then(|()| rule_answered(&read));
                 rule = r;
                 c
             }
