@@ -156,6 +156,31 @@ fn the_chart_lints_and_renders_what_deploy_holds() {
         ]),
         &monitoring,
     );
+    // The runbooks where the team publishes docs/, and Prometheus's token from a Secret of
+    // the team's (no scraper account made).
+    let elsewhere = chart(&[
+        "monitoring.serviceMonitor.enabled=true",
+        "monitoring.prometheusRule.enabled=true",
+        "monitoring.runbookBase=https://wiki.example.com/ruleop/",
+        "monitoring.serviceMonitor.tokenSecret.name=prometheus-token",
+        "monitoring.serviceMonitor.tokenSecret.key=jwt",
+    ]);
+    let alerts = &elsewhere[&format!("PrometheusRule {NS}/ruleop")]["spec"]["groups"][0]["rules"];
+    assert_eq!(
+        alerts[0]["annotations"]["runbook_url"],
+        "https://wiki.example.com/ruleop/operating/runbooks.html#ruleopdown"
+    );
+    let credentials = &elsewhere[&format!("ServiceMonitor {NS}/ruleop")]["spec"]["endpoints"][0]["authorization"]
+        ["credentials"];
+    assert_eq!(
+        credentials,
+        &json!({"name": "prometheus-token", "key": "jwt"})
+    );
+    assert!(
+        !elsewhere.keys().any(|k| k.contains("metrics-scraper")),
+        "{:?}",
+        elsewhere.keys()
+    );
 
     // installCRDs: the CRD roles `ruleop rbac --install-crds` prints, and the flag.
     let with_crds = chart(&["installCRDs=true"]);

@@ -46,7 +46,7 @@ fn the_alerts_pass_promtool_and_their_tests() {
     )
     .unwrap();
     let checked = promtool(&["check", "rules", "rules.yaml"], dir.path());
-    assert!(checked.contains("SUCCESS: 9 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 13 rules found"), "{checked}");
     promtool(&["test", "rules", "alerts.test.yaml"], dir.path());
     // Every alert has a case.
     let tests = read("deploy/monitoring/alerts.test.yaml");
@@ -182,12 +182,123 @@ fn every_query_of_the_dashboard_and_the_alerts_names_an_exposed_metric() {
     assert!(queried.len() > 20, "{queried:?}");
     for (what, expr) in &queried {
         let names = metric_names(expr);
-        assert!(!names.is_empty(), "{what}: no metric in {expr}");
+        // (`up` is Prometheus's own, of ruleop's targets.)
+        assert!(
+            !names.is_empty() || expr.contains("up{job=\"ruleop\"}"),
+            "{what}: no metric in {expr}"
+        );
         for n in names {
             assert!(
                 exposed.contains(&n),
                 "{what} queries {n}, which ruleop's /metrics does not expose ({expr})"
             );
+        }
+    }
+}
+
+/// A heading's anchor as mdBook makes it: lower case, spaces to dashes, other punctuation
+/// left out.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_alert_links_to_a_runbook_section_that_says_what_to_do() {
+    const BASE: &str = "https://ruleop.dev/docs/";
+    let rules: Value = serde_yaml::from_str(&rules_file()).unwrap();
+    let alerts = rules["groups"][0]["rules"].as_array().unwrap();
+    assert!(alerts.len() >= 13, "{alerts:?}");
+    for r in alerts {
+        let name = r["alert"].as_str().unwrap();
+        let url = r["annotations"]["runbook_url"]
+            .as_str()
+            .unwrap_or_else(|| panic!("alert {name} has no runbook_url"));
+        let (page, fragment) = url
+            .strip_prefix(BASE)
+            .and_then(|u| u.split_once('#'))
+            .unwrap_or_else(|| panic!("alert {name}: {url} is not {BASE}PAGE.html#ANCHOR"));
+        let file = format!("docs/{}", page.replace(".html", ".md"));
+        let text = std::fs::read_to_string(format!("{ROOT}/{file}"))
+            .unwrap_or_else(|e| panic!("alert {name}: {url} names {file}: {e}"));
+        // The section of that anchor, to the next heading of its level.
+        let mut sections = text.split("\n## ").skip(1);
+        let section = sections
+            .find(|s| anchor(s.lines().next().unwrap_or("")) == fragment)
+            .unwrap_or_else(|| panic!("alert {name}: {file} has no section #{fragment}"));
+        for part in [
+            "**What it means.**",
+            "**What to look at.**",
+            "**What to do.**",
+        ] {
+            assert!(
+                section.contains(part),
+                "alert {name}: its runbook ({file}#{fragment}) lacks {part}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_query_of_the_dashboard_is_filtered_by_cluster_namespace_and_rule() {
+    let dashboard: Value = serde_json::from_str(&read("deploy/monitoring/dashboard.json")).unwrap();
+    let vars: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    for v in ["cluster", "namespace", "rule", "job"] {
+        assert!(vars.contains(&v), "no variable {v} in {vars:?}");
+    }
+    let per_rule = populated()
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains("rule=\""))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(|n| n.trim_end_matches("_bucket").to_string())
+        .collect::<BTreeSet<_>>();
+    assert!(per_rule.contains("ruleop_reconciles_total"), "{per_rule:?}");
+    for p in dashboard["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            let expr = t["expr"].as_str().unwrap();
+            for name in metric_names(expr) {
+                // Each reference of the metric carries the filters.
+                for (at, _) in expr.match_indices(&name) {
+                    let rest = &expr[at + name.len()..];
+                    if rest.starts_with(|c: char| c == '_' || c.is_alphanumeric()) {
+                        continue;
+                    }
+                    let selector = rest
+                        .strip_prefix('{')
+                        .and_then(|s| s.split('}').next())
+                        .unwrap_or_else(|| {
+                            panic!("panel {}: {name} unfiltered in {expr}", p["title"])
+                        });
+                    let mut want = vec![
+                        "cluster=~\"$cluster\"",
+                        "namespace=~\"$namespace\"",
+                        "job=~\"$job\"",
+                    ];
+                    if per_rule.contains(&name) || per_rule.contains(&format!("{name}_bucket")) {
+                        want.push("rule=~\"$rule\"");
+                    }
+                    for w in want {
+                        assert!(
+                            selector.contains(w),
+                            "panel {}: {name} lacks {w} in {expr}",
+                            p["title"]
+                        );
+                    }
+                }
+            }
         }
     }
 }

@@ -49,17 +49,44 @@ pub struct RevisionLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub rule: String,
-    /// One of: render, apply_refused, forbidden, not_owned, cluster_scoped,
-    /// apply_transient, status_write, finalizer, not_leader, internal, crd_refused, crd_error.
+    /// One of [`ERROR_CATEGORIES`].
     pub category: &'static str,
 }
+
+/// The categories of `ruleop_reconcile_errors_total`.
+pub const ERROR_CATEGORIES: &[&str] = &[
+    "render",
+    "apply_refused",
+    "forbidden",
+    "not_owned",
+    "cluster_scoped",
+    "apply_transient",
+    "status_write",
+    "finalizer",
+    "not_leader",
+    "internal",
+    "undecodable",
+    "crd_refused",
+    "crd_error",
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
     pub rule: String,
-    /// One of: create, update, adopt, prune, orphan, status, finalizer.
+    /// One of [`WRITE_ACTIONS`].
     pub action: &'static str,
 }
+
+/// The actions of `ruleop_writes_total`.
+pub const WRITE_ACTIONS: &[&str] = &[
+    "create",
+    "update",
+    "adopt",
+    "prune",
+    "orphan",
+    "status",
+    "finalizer",
+];
 
 /// Every metric ruleop exports.
 pub struct Metrics {
@@ -102,6 +129,8 @@ pub struct Metrics {
     pub in_flight_wait: Counter<f64, std::sync::atomic::AtomicU64>,
     /// Requests in flight now that make resources converge (watches and Events aside).
     pub requests_in_flight: Gauge,
+    /// When the webhook's serving certificate ends (Unix seconds; 0 until it serves one).
+    pub webhook_certificate_expiry: Gauge,
 }
 
 /// The help text of each metric (`ruleop_<name>`).
@@ -187,6 +216,10 @@ const HELP: &[(&str, &str)] = &[
         "1 while this process holds the leader Lease (or runs without election)",
     ),
     ("reconciles", "Reconciles run, per rule"),
+    (
+        "webhook_certificate_expiry_timestamp_seconds",
+        "When the serving certificate of the webhook ends, in Unix seconds (renewed 30 days before; 0 while it serves none, or without --webhook-addr)",
+    ),
 ];
 
 /// Registers `metric` as `name` with its help text, and gives it back.
@@ -283,6 +316,11 @@ impl Default for Metrics {
             rules_running: reg(r, "rules_running", Gauge::default()),
             leader: reg(r, "leader", Gauge::default()),
             reconciles: reg(r, "reconciles", Family::<RuleLabels, Counter>::default()),
+            webhook_certificate_expiry: reg(
+                r,
+                "webhook_certificate_expiry_timestamp_seconds",
+                Gauge::default(),
+            ),
         };
         m.registry = root;
         m
@@ -297,7 +335,42 @@ impl Metrics {
         out
     }
 
+    /// Every series of a rule, at 0 until it first happens: a rule's counters are on
+    /// /metrics from its start, so `increase()` and `rate()` see their first count.
+    pub fn rule_started(&self, rule: &str) {
+        let labels = RuleLabels {
+            rule: rule.to_string(),
+        };
+        for f in [&self.reconciles, &self.events_dropped, &self.slow_writes] {
+            drop(f.get_or_create(&labels));
+        }
+        drop(self.reconcile_duration.get_or_create(&labels));
+        for g in [
+            &self.retired_kinds_pending,
+            &self.rule_older,
+            &self.rollout_step,
+            &self.rollout_updated,
+            &self.rollout_paused,
+            &self.rule_missing_permissions,
+        ] {
+            drop(g.get_or_create(&labels));
+        }
+        for &category in ERROR_CATEGORIES {
+            drop(self.reconcile_errors.get_or_create(&ErrorLabels {
+                rule: rule.to_string(),
+                category,
+            }));
+        }
+        for &action in WRITE_ACTIONS {
+            drop(self.writes.get_or_create(&WriteLabels {
+                rule: rule.to_string(),
+                action,
+            }));
+        }
+    }
+
     pub fn error(&self, rule: &str, category: &'static str) {
+        debug_assert!(ERROR_CATEGORIES.contains(&category), "{category}");
         self.reconcile_errors
             .get_or_create(&ErrorLabels {
                 rule: rule.to_string(),
@@ -316,6 +389,7 @@ impl Metrics {
     }
 
     pub fn write(&self, rule: &str, action: &'static str) {
+        debug_assert!(WRITE_ACTIONS.contains(&action), "{action}");
         self.writes
             .get_or_create(&WriteLabels {
                 rule: rule.to_string(),
@@ -399,6 +473,35 @@ mod tests {
         }
         drop(counted);
         assert!(!m.render().contains(r#"rule="website",condition"#));
+    }
+
+    #[test]
+    fn a_rules_counters_are_there_at_zero_from_its_start() {
+        let m = Metrics::default();
+        assert!(!m.render().contains("rule=\"website\""));
+        m.rule_started("website");
+        let text = m.render();
+        for line in [
+            r#"ruleop_reconciles_total{rule="website"} 0"#,
+            r#"ruleop_events_dropped_total{rule="website"} 0"#,
+            r#"ruleop_rollout_paused{rule="website"} 0"#,
+            r#"ruleop_reconcile_errors_total{rule="website",category="crd_error"} 0"#,
+            r#"ruleop_writes_total{rule="website",action="prune"} 0"#,
+            r#"ruleop_reconcile_duration_seconds_count{rule="website"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        // A gauge already set keeps its value.
+        m.rollout_step
+            .get_or_create(&RuleLabels {
+                rule: "website".into(),
+            })
+            .set(2);
+        m.rule_started("website");
+        assert!(
+            m.render()
+                .contains(r#"ruleop_rollout_step{rule="website"} 2"#)
+        );
     }
 
     #[test]

@@ -180,6 +180,7 @@ pub(super) async fn webhook(
         namespace: args.lease.lease_namespace.clone(),
         selector: args.rule_selector.clone(),
         identity: me.to_string(),
+        expiry: process.metrics.webhook_certificate_expiry.clone(),
     };
     let hook = cfg.hook();
     let client = process.client.clone();

@@ -156,6 +156,7 @@ impl Gauges {
                 .map_or_else(|| "ruleop".to_string(), |i| i.user()),
         };
         metrics.rule_identity.get_or_create(&identity).set(1);
+        metrics.rule_started(&rule.name);
         Gauges {
             metrics: metrics.clone(),
             revision,

@@ -39,6 +39,8 @@ pub struct Config {
     pub selector: Option<String>,
     /// This replica's identity (in the user agent of its reviews' requests).
     pub identity: String,
+    /// Set to when the serving certificate in use ends (Unix seconds).
+    pub expiry: prometheus_client::metrics::gauge::Gauge,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -258,6 +260,7 @@ async fn keep(
                 match current.set(&c.cert, &c.key) {
                     Ok(()) => {
                         tracing::info!(not_after = %c.not_after, "webhook serving certificate in use");
+                        cfg.expiry.set(c.not_after.unix_timestamp());
                         served = Some(c.cert);
                     }
                     Err(e) => tracing::warn!(error = %e, "webhook certificate not usable"),
@@ -417,6 +420,7 @@ mod tests {
             namespace: "ruleop-system".into(),
             selector: None,
             identity: "test".into(),
+            expiry: Default::default(),
         }
     }
 
