@@ -529,6 +529,44 @@ fn examples_rules_yaml_is_the_shipped_rules_as_rule_objects() {
 }
 
 #[test]
+fn rule_labels_every_rule_it_prints_and_refuses_a_label_the_api_server_would() {
+    let (code, out, err) = ruleop(&[
+        "rule",
+        "--rules",
+        "rules/",
+        "--label",
+        "ruleop.dev/installation=web",
+        "-l",
+        "team=sre",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let rules: Vec<serde_json::Value> = out
+        .split("\n---\n")
+        .filter_map(|d| {
+            serde_yaml::from_str::<Option<serde_json::Value>>(d)
+                .ok()
+                .flatten()
+        })
+        .filter(|d| d.get("kind").is_some())
+        .collect();
+    assert!(rules.len() >= 2, "{out}");
+    for r in &rules {
+        assert_eq!(
+            r["metadata"]["labels"],
+            serde_json::json!({"ruleop.dev/installation": "web", "team": "sre"}),
+            "{r}"
+        );
+        assert!(r["spec"].get("children").is_some(), "{r}");
+    }
+    let (code, _, err) = ruleop(&["rule", "--rules", "rules/", "--label", "team"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("KEY=VALUE") && err.contains("--label"),
+        "{err}"
+    );
+}
+
+#[test]
 fn the_version_names_the_commit_and_every_cluster_command_takes_a_kubeconfig_and_a_context() {
     let (code, out, _) = ruleop(&["--version"]);
     assert_eq!(code, 0);

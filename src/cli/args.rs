@@ -119,6 +119,10 @@ pub(super) struct RuleArgs {
     /// A rules file or directory (repeat for more).
     #[arg(long, required = true)]
     pub(super) rules: Vec<PathBuf>,
+    /// A label `key=value` on every Rule printed (repeat for more), such as the one an
+    /// installation's `--rule-selector` selects.
+    #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = super::rule::parse_label)]
+    pub(super) labels: Vec<(String, String)>,
 }
 
 #[derive(Args, Debug)]

@@ -25,7 +25,7 @@ pub(super) fn rule_cmd(args: RuleArgs) -> anyhow::Result<ExitCode> {
             out!(
                 "# From {} by `ruleop rule`.\n---\n{}",
                 f.display(),
-                as_rule_text(doc, spec)?
+                as_rule_text(doc, spec, &args.labels)?
             );
         }
     }
@@ -50,7 +50,11 @@ fn documents(text: &str) -> Vec<&str> {
 
 /// A rules-file document as a Rule's YAML, its text kept (order, comments) under `spec:`
 /// without its top-level `name:` line; the data form when the text cannot be kept as is.
-fn as_rule_text(doc: &str, spec: Map<String, Value>) -> anyhow::Result<String> {
+fn as_rule_text(
+    doc: &str,
+    spec: Map<String, Value>,
+    labels: &[(String, String)],
+) -> anyhow::Result<String> {
     let name = spec.get("name").and_then(Value::as_str).unwrap_or_default();
     let body: String = doc
         .lines()
@@ -63,15 +67,29 @@ fn as_rule_text(doc: &str, spec: Map<String, Value>) -> anyhow::Result<String> {
             }
         })
         .collect();
+    let mut meta = format!("  name: {}\n", serde_json::to_string(name)?);
+    if !labels.is_empty() {
+        meta.push_str("  labels:\n");
+        for (k, v) in labels {
+            let (k, v) = (serde_json::to_string(k)?, serde_json::to_string(v)?);
+            meta.push_str(&format!("    {k}: {v}\n"));
+        }
+    }
     let text = format!(
-        "apiVersion: {}\nkind: {}\nmetadata:\n  name: {}\nspec:\n{body}",
+        "apiVersion: {}\nkind: {}\nmetadata:\n{meta}spec:\n{body}",
         object::api_version(),
         object::KIND,
-        serde_json::to_string(name)?
     );
     // The text must say what the document says.
     let back: Value = serde_yaml::from_str(&text).unwrap_or_default();
-    let want = as_rule(spec);
+    let mut want = as_rule(spec);
+    if !labels.is_empty() {
+        let labels: Map<String, Value> = labels
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        want["metadata"]["labels"] = Value::Object(labels);
+    }
     if back == want {
         Ok(text)
     } else {
@@ -88,4 +106,76 @@ pub(super) fn as_rule(mut spec: Map<String, Value>) -> Value {
         "metadata": {"name": name},
         "spec": spec,
     })
+}
+
+/// `key=value` as a label: the key an optional DNS-subdomain prefix and a name of at most 63
+/// characters, the value at most 63 (both alphanumerics, `-`, `_`, `.`, alphanumeric at the ends).
+pub(super) fn parse_label(arg: &str) -> Result<(String, String), String> {
+    let Some((key, value)) = arg.split_once('=') else {
+        return Err(format!("{arg:?} is not KEY=VALUE (say --label team=web)"));
+    };
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix {
+        let ok = !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|s| {
+                !s.is_empty()
+                    && s.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !s.starts_with('-')
+                    && !s.ends_with('-')
+            });
+        if !ok {
+            return Err(format!(
+                "the label key's prefix {p:?} is not a DNS subdomain (lowercase, such as team.example.com)"
+            ));
+        }
+    }
+    if name.is_empty() || !label_value_ok(name) {
+        return Err(format!(
+            "the label key {key:?} is not a label name (up to 63 of a-z, A-Z, 0-9, '-', '_', '.', alphanumeric at both ends)"
+        ));
+    }
+    if !label_value_ok(value) {
+        return Err(format!(
+            "the label value {value:?} is not a label value (up to 63 of a-z, A-Z, 0-9, '-', '_', '.', alphanumeric at both ends, or empty)"
+        ));
+    }
+    Ok((key.to_string(), value.to_string()))
+}
+
+fn label_value_ok(v: &str) -> bool {
+    let edge = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
+    v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && edge(v.chars().next())
+        && edge(v.chars().last())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_label;
+
+    #[test]
+    fn labels_are_checked_as_the_api_server_would() {
+        assert_eq!(parse_label("team=web"), Ok(("team".into(), "web".into())));
+        assert_eq!(
+            parse_label("ruleop.dev/installation="),
+            Ok(("ruleop.dev/installation".into(), String::new()))
+        );
+        for bad in [
+            "team",
+            "=web",
+            "Team.Example/x=y",
+            "team=-web",
+            "a/b/=c",
+            &format!("t={}", "x".repeat(64)),
+        ] {
+            assert!(parse_label(bad).is_err(), "{bad}");
+        }
+    }
 }
