@@ -44,6 +44,33 @@ impl Drop for RuleObjects {
     }
 }
 
+/// What a failed Rule watch means for whoever reads the log, or None for what is harmless:
+/// an expired watch (410 Gone, as after a CRD update or an etcd compaction) or a dropped
+/// connection, which the watcher mends by listing again.
+fn watch_failure(e: &watcher::Error) -> Option<&'static str> {
+    use watcher::Error as W;
+    let code = match e {
+        W::WatchError(s) => Some(s.code),
+        W::InitialListFailed(kube::Error::Api(s)) | W::WatchStartFailed(kube::Error::Api(s)) => {
+            Some(s.code)
+        }
+        W::WatchFailed(_) => return None,
+        _ => None,
+    };
+    match code {
+        Some(410) => None,
+        Some(404) => Some(
+            "Rule objects cannot be watched: the Rule kind is not installed (apply deploy/crds/rules.ruleop.dev.yaml, or run with --rule-objects=false)",
+        ),
+        Some(401 | 403) => Some(
+            "Rule objects cannot be watched: ruleop may not list and watch rules.ruleop.dev (grant them to its ServiceAccount, as deploy/rbac.yaml does)",
+        ),
+        _ => {
+            Some("Rule objects cannot be watched (the API server refused or could not be reached)")
+        }
+    }
+}
+
 impl RuleObjects {
     /// Starts watching Rules. A cluster without the Rule kind (its CRD not installed) or
     /// a ServiceAccount not allowed to list them is logged once, and retried.
@@ -76,12 +103,14 @@ impl RuleObjects {
                         told = false;
                         let _ = tx.try_send(());
                     }
-                    Err(e) if !told => {
-                        told = true;
-                        fail.notify_one();
-                        tracing::warn!(error = %e, "Rule objects cannot be watched (is the Rule CRD, deploy/crds/rules.ruleop.dev.yaml, installed, and may ruleop list rules.ruleop.dev?); retrying");
-                    }
-                    Err(e) => tracing::debug!(error = %e, "Rule watch"),
+                    Err(e) => match watch_failure(&e) {
+                        Some(why) if !told => {
+                            told = true;
+                            fail.notify_one();
+                            tracing::warn!(error = %e, "{why}; retrying");
+                        }
+                        _ => tracing::debug!(error = %e, "Rule watch (re-listing)"),
+                    },
                 }
             }
         });
@@ -220,5 +249,23 @@ mod tests {
         // Versions that are not numbers: by generation.
         assert!(not_older(&meta("b", 4), &meta("a", 3)));
         assert!(!not_older(&meta("b", 2), &meta("a", 3)));
+    }
+
+    fn status(code: u16) -> Box<kube::core::Status> {
+        Box::new(kube::core::Status {
+            code,
+            ..kube::core::Status::default()
+        })
+    }
+
+    #[test]
+    fn an_expired_watch_is_not_told_as_a_missing_kind() {
+        use watcher::Error as W;
+        assert_eq!(watch_failure(&W::WatchError(status(410))), None);
+        let gone = W::InitialListFailed(kube::Error::Api(status(404)));
+        assert!(watch_failure(&gone).unwrap().contains("not installed"));
+        let denied = W::WatchStartFailed(kube::Error::Api(status(403)));
+        assert!(watch_failure(&denied).unwrap().contains("may not list"));
+        assert!(watch_failure(&W::WatchError(status(500))).is_some());
     }
 }
