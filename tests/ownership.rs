@@ -196,6 +196,45 @@ async fn objects_of_others_are_left_byte_for_byte_and_the_resource_says_not_owne
     common::delete_namespace(&ns);
 }
 
+#[tokio::test]
+async fn a_name_another_object_held_is_taken_as_soon_as_that_object_goes() {
+    let client = common::client().await;
+    install_crds(&["deploy/crds/websites.sre.example.com.yaml"]);
+    let ns = common::namespace(&client, "own-freed").await;
+    kubectl_ok(
+        &[
+            "create",
+            "service",
+            "clusterip",
+            "held-web",
+            "--tcp=81:81",
+            "-n",
+            &ns,
+        ],
+        None,
+    );
+    let op = Operator::start(&ns, &["rules/website.yaml"], &[]);
+    let addr = op.admin_addr().await;
+    kubectl_ok(&["apply", "-f", "-"], Some(&website(&ns, "held")));
+    synced_reason("website", &ns, "held", "NotOwned").await;
+    let freed = r#"ruleop_held_names_freed_total{rule="website"}"#;
+    assert_eq!(common::admin_metric(&addr, freed), 0.0);
+    // Its owner removes it: the name's watch sees it go, and the WebSite takes the name
+    // (not on its backoff's next try).
+    kubectl_ok(&["delete", "service", "held-web", "-n", &ns], None);
+    let svc = wait_json("service", &ns, "held-web", "the WebSite's Service", |s| {
+        s["metadata"]["labels"]["ruleop.dev/rule"] == "website"
+    })
+    .await;
+    assert_eq!(svc["spec"]["ports"][0]["port"], 80, "{svc}");
+    synced_reason("website", &ns, "held", "Applied").await;
+    assert!(
+        common::admin_metric(&addr, freed) >= 1.0,
+        "the release was seen by the name's watch"
+    );
+    common::delete_namespace(&ns);
+}
+
 /// A Cache rule whose ConfigMap is named by the resource: two resources can collide.
 const SHARED_NAME_RULE: &str = r#"
 name: shared-name

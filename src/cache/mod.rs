@@ -16,6 +16,7 @@
 pub mod cached;
 pub mod discovery;
 pub mod existing;
+pub mod held;
 pub mod keep;
 pub mod openapi;
 pub mod owners;

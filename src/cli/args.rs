@@ -121,7 +121,7 @@ pub(super) struct RuleArgs {
     pub(super) rules: Vec<PathBuf>,
     /// A label `key=value` on every Rule printed (repeat for more), such as the one an
     /// installation's `--rule-selector` selects.
-    #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = super::rule::parse_label)]
+    #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = super::label::parse_label)]
     pub(super) labels: Vec<(String, String)>,
 }
 

@@ -18,6 +18,7 @@ mod args;
 mod check;
 mod diff;
 mod input;
+mod label;
 mod output;
 mod release;
 mod render;

@@ -96,6 +96,8 @@ pub struct Metrics {
     pub reconcile_duration: Family<RuleLabels, Histogram>,
     pub writes: Family<WriteLabels, Counter>,
     pub events_dropped: Family<RuleLabels, Counter>,
+    /// Names held by another's object whose release a watch saw (its resources reconciled).
+    pub held_names_freed: Family<RuleLabels, Counter>,
     /// Child writes a reconcile stopped waiting for (they went on by themselves).
     pub slow_writes: Family<RuleLabels, Counter>,
     pub retired_kinds_pending: Family<RuleLabels, Gauge>,
@@ -201,6 +203,10 @@ const HELP: &[(&str, &str)] = &[
     (
         "events_dropped",
         "Events not published because the rule's event queue was full",
+    ),
+    (
+        "held_names_freed",
+        "Names a child needs, held by an object not ruleop's, seen freed or changed by their watch (the resources waiting for them reconciled at once)",
     ),
     (
         "rule_load_failures",
@@ -311,6 +317,11 @@ impl Default for Metrics {
                 "events_dropped",
                 Family::<RuleLabels, Counter>::default(),
             ),
+            held_names_freed: reg(
+                r,
+                "held_names_freed",
+                Family::<RuleLabels, Counter>::default(),
+            ),
             rule_load_failures: reg(r, "rule_load_failures", Counter::default()),
             rule_load_errors: reg(r, "rule_load_errors", Gauge::default()),
             rules_running: reg(r, "rules_running", Gauge::default()),
@@ -341,7 +352,12 @@ impl Metrics {
         let labels = RuleLabels {
             rule: rule.to_string(),
         };
-        for f in [&self.reconciles, &self.events_dropped, &self.slow_writes] {
+        for f in [
+            &self.reconciles,
+            &self.events_dropped,
+            &self.slow_writes,
+            &self.held_names_freed,
+        ] {
             drop(f.get_or_create(&labels));
         }
         drop(self.reconcile_duration.get_or_create(&labels));
@@ -394,6 +410,14 @@ impl Metrics {
             .get_or_create(&WriteLabels {
                 rule: rule.to_string(),
                 action,
+            })
+            .inc();
+    }
+
+    pub fn held_name_freed(&self, rule: &str) {
+        self.held_names_freed
+            .get_or_create(&RuleLabels {
+                rule: rule.to_string(),
             })
             .inc();
     }

@@ -76,6 +76,15 @@ fn not_owned(c: &Rendered, controller: &str) -> Problem {
     }
 }
 
+/// The resource waits for the child's name, held by another's object: watched, so that its
+/// release reconciles the resource at once.
+fn wait_for_name(ctx: &Ctx, ns: &str, r: &ResourceId, c: &Rendered) {
+    if let Some((_, kind)) = ctx.child(&c.id) {
+        ctx.held
+            .wait_for(&kind.resolved.resource, ns, &c.name, &r.key.name);
+    }
+}
+
 /// Writes what differs, through the ownership model. Grants first (Roles, bindings): when
 /// the API server refuses one (its escalation check: the account may grant only what it
 /// holds), the other writes are held, so nothing is left half made. Within each, a child
@@ -244,6 +253,7 @@ async fn decide<'a>(
     {
         round.problems.push(not_owned(c, &controller));
         round.not_owned.push(c.instance());
+        wait_for_name(ctx, ns, r, c);
         return None;
     }
     let last = ctx.records.written(r, &key);
@@ -393,6 +403,7 @@ fn record(
             ctx.records.forget_child(r, &key);
             round.problems.push(not_owned(c, &controller));
             round.not_owned.push(c.instance());
+            wait_for_name(ctx, ns, r, c);
             return;
         }
         Err(e) => {

@@ -223,6 +223,8 @@ pub struct Ctx {
     /// The revision of the Rule object this rule is (written in each resource's status
     /// as `ruleRevision`); None for a rule from a file.
     pub revision: Option<i64>,
+    /// The names its children need that another's object holds, watched (every revision's).
+    pub held: Arc<crate::cache::held::HeldNames>,
 }
 
 /// Which revision of a Rule renders a custom resource (a rollout's progress, a pin).

@@ -12,6 +12,7 @@ use super::rollout::RolloutChoose;
 use crate::cache::cached::Cached;
 use crate::cache::discovery::Resolved;
 use crate::cache::existing::ExistingKind;
+use crate::cache::held::HeldNames;
 use crate::cache::watches::{ChildKind, SyncTracker, child_watch, existing_watch, parent_watch};
 use crate::events::EventQueue;
 use crate::reconcile::{Ctx, KindTable, Kinds, Listed, Process, Records, Router, Unwatched};
@@ -61,6 +62,7 @@ struct Shared {
     records: Arc<Records<crate::reconcile::outcome::Sent>>,
     sync: Arc<SyncTracker>,
     queue: Arc<Queue>,
+    held: Arc<HeldNames>,
 }
 
 /// Builds the controller of `plan`; None (logged) on a bug in ruleop.
@@ -70,17 +72,23 @@ pub(super) fn build(p: &Parts<'_>, plan: &Plan) -> Option<Built> {
     // Readiness: every watch (the parent's, one per child kind, one per existing kind)
     // has listed once.
     let watches = 1 + plan.kinds.len() + plan.existing_kinds.len();
+    let (held, freed) = HeldNames::new(p.client.clone(), &p.rule.name, p.process.metrics.clone());
     let shared = Shared {
         records,
         sync: Arc::new(SyncTracker::new(watches, p.synced.clone())),
         queue: Arc::new(Queue::default()),
+        held: Arc::new(held),
     };
     let writer = Writer::<Cached>::new(p.parent.resource.clone());
     let resources = writer.as_reader();
     let counted = super::census::of(resources.clone(), shared.queue.clone());
     let _counted = p.process.metrics.census.count(&p.rule.name, counted);
     let (reconcile_all, all) = mpsc::channel::<()>(1);
-    let controller = parent_controller(p, &shared, writer, all);
+    let controller = parent_controller(p, &shared, writer, all).reconcile_on(freed_names(
+        freed,
+        p.parent.resource.clone(),
+        shared.queue.clone(),
+    ));
     let (controller, children) = own_children(p, plan, &shared, controller);
     let (controller, existing) = watch_existing(p, plan, &shared, controller);
     let unwatched = Arc::new(Unwatched::default());
@@ -267,6 +275,7 @@ fn contexts(p: &Parts<'_>, plan: &Plan, shared: &Shared, t: Tables) -> Option<Ve
             events: events.clone(),
             status_schema: t.status_schema.clone(),
             revision: l.number,
+            held: shared.held.clone(),
         }));
     }
     Some(contexts)
@@ -285,6 +294,18 @@ impl Iterator for BriefPause {
 
 impl kube::runtime::utils::Backoff for BriefPause {
     fn reset(&mut self) {}
+}
+
+/// The resources a freed name wakes, as the controller's triggers.
+fn freed_names(
+    mut rx: mpsc::Receiver<(String, String)>,
+    parent: crate::cache::cached::Kind,
+    marks: Arc<Queue>,
+) -> impl futures::Stream<Item = ObjectRef<Cached>> + Send + 'static {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).map(move |(ns, name)| {
+        marks.wanted(&ns, &name);
+        ObjectRef::new_with(&name, parent.clone()).within(&ns)
+    })
 }
 
 /// A channel's receiving end as a stream (each `()` asks to reconcile every resource).
