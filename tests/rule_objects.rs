@@ -257,7 +257,7 @@ async fn the_webhook_refuses_a_broken_rule_and_with_ruleop_down_the_last_good_re
     })
     .await;
     // ruleop back: the broken generation is not in force, the last good revision serves.
-    let _op = Operator::start(&ns, &[], &args);
+    let mut op = Operator::start(&ns, &[], &args);
     let s = rule_status(&name, "generation 2 refused", |s| {
         s["observedGeneration"] == 2 && condition(s, "Accepted")["status"] == "False"
     })
@@ -310,8 +310,14 @@ async fn the_webhook_refuses_a_broken_rule_and_with_ruleop_down_the_last_good_re
         (d["spec"]["replicas"] == 5).then_some(())
     })
     .await;
+    // A clean exit removes the configuration that sends reviews to its URL (killed, above,
+    // it stayed: the webhook failed open).
+    assert!(op.terminate(Duration::from_secs(20)), "exits on SIGTERM");
+    assert!(
+        get_json("validatingwebhookconfiguration", "", &hook).is_none(),
+        "the local webhook's configuration is left behind"
+    );
     let _ = kubectl(&["delete", "rule", &name], None);
-    let _ = kubectl(&["delete", "validatingwebhookconfiguration", &hook], None);
     common::delete_namespace(&ns);
 }
 

@@ -135,6 +135,9 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     }
     tracing::info!("shutting down: finishing in-flight reconciles");
     s.sup.stop_all().await;
+    if s.leading {
+        parts::remove_local_webhook(&args, &process).await;
+    }
     if let (Some(e), Some(cfg)) = (lead.election.take(), &lead.lease) {
         e.release(lead.client.clone(), cfg).await;
     }

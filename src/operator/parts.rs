@@ -190,6 +190,22 @@ pub(super) async fn webhook(
     Ok((Tasks(tasks), Some(hook)))
 }
 
+/// On a clean exit of the leader of a webhook reached by `--webhook-url` (a run outside the
+/// cluster), its ValidatingWebhookConfiguration is deleted: the API server would go on
+/// calling a URL no one answers (each Rule write waiting out its timeout). One reached
+/// through a Service stays: the next pod serves it.
+pub(super) async fn remove_local_webhook(args: &RunArgs, process: &Process) {
+    let (Some(_), Some(url)) = (args.webhook.webhook_addr, &args.webhook.webhook_url) else {
+        return;
+    };
+    let name = args.webhook_name();
+    match webhook::remove_configuration(&process.client, &name, url).await {
+        Ok(true) => tracing::info!(configuration = %name, %url, "the webhook's configuration removed (no one serves its URL now)"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(configuration = %name, error = %e, "the webhook's configuration could not be removed: delete it by hand (kubectl delete validatingwebhookconfiguration {name})"),
+    }
+}
+
 /// `--install-crds` with Rule objects served: the Rule kind's own CRD applied by the leader
 /// (a breaking change refused), as each rule's is, since Helm never upgrades a chart's CRDs.
 pub(super) fn rule_crd(args: &RunArgs, process: &Process) -> Option<Tasks> {

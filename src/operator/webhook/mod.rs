@@ -317,6 +317,49 @@ async fn round(
     Ok(certs)
 }
 
+fn configurations(client: &kube::Client) -> Api<DynamicObject> {
+    let ar = ApiResource {
+        group: "admissionregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "admissionregistration.k8s.io/v1".into(),
+        kind: "ValidatingWebhookConfiguration".into(),
+        plural: "validatingwebhookconfigurations".into(),
+    };
+    Api::all_with(client.clone(), &ar)
+}
+
+/// Deletes the ValidatingWebhookConfiguration `name` if it still sends reviews to `url`
+/// (this process's: none will answer there once it exits), as it stood when read (another
+/// run that took it over meanwhile keeps it). True when deleted.
+pub async fn remove_configuration(
+    client: &kube::Client,
+    name: &str,
+    url: &str,
+) -> Result<bool, kube::Error> {
+    let vwcs = configurations(client);
+    let Some(live) = vwcs.get_opt(name).await? else {
+        return Ok(false);
+    };
+    let ours = live.data["webhooks"]
+        .as_array()
+        .is_some_and(|w| w.iter().all(|h| h["clientConfig"]["url"] == url));
+    if !ours {
+        return Ok(false);
+    }
+    let dp = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: live.metadata.uid.clone(),
+            resource_version: live.metadata.resource_version.clone(),
+        }),
+        ..Default::default()
+    };
+    match vwcs.delete(name, &dp).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Keeps the ValidatingWebhookConfiguration saying what `cfg` says, with `ca` as its CA
 /// bundle. Written only when it says something else (nothing in steady state). The one
 /// `deploy/` ships (`webhook.yaml`) differs only by its CA bundle: that field alone is
@@ -329,14 +372,7 @@ async fn configure(
     ca: &str,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let vwc = cfg.configuration(ca)?;
-    let ar = ApiResource {
-        group: "admissionregistration.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "admissionregistration.k8s.io/v1".into(),
-        kind: "ValidatingWebhookConfiguration".into(),
-        plural: "validatingwebhookconfigurations".into(),
-    };
-    let vwcs: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let vwcs = configurations(client);
     let Some(live) = vwcs
         .get_opt(&cfg.name)
         .await?
