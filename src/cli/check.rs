@@ -176,6 +176,12 @@ pub(super) fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     for r in &loaded {
         orphan_notes(r);
     }
+    for f in rules::load::manifests_skipped(&args.rules) {
+        eprintln!(
+            "note: {}: skipped: its documents are Kubernetes objects (apiVersion and kind), not rules",
+            f.display()
+        );
+    }
     // One verdict per rule: a rule with an error is not also said to be ok.
     let failed: std::collections::BTreeSet<&str> =
         errors.iter().filter_map(LoadError::rule).collect();

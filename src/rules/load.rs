@@ -27,6 +27,23 @@ pub struct FileLoad {
 /// named `tests`), sorted.
 pub fn collect_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
     let mut out = Vec::new();
+    collect(paths, &mut out, &mut Vec::new())?;
+    Ok(out)
+}
+
+/// The files of a folder passed over as Kubernetes objects, not rules (samples, CRDs,
+/// manifests: every document has a top-level `apiVersion` and `kind`, none a Rule).
+pub fn manifests_skipped(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let mut skipped = Vec::new();
+    let _ = collect(paths, &mut Vec::new(), &mut skipped);
+    skipped
+}
+
+fn collect(
+    paths: &[PathBuf],
+    out: &mut Vec<PathBuf>,
+    skipped: &mut Vec<PathBuf>,
+) -> Result<(), LoadError> {
     for p in paths {
         let meta = std::fs::metadata(p).map_err(|source| LoadError::Read {
             path: p.clone(),
@@ -34,7 +51,7 @@ pub fn collect_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
         })?;
         if meta.is_dir() {
             let before = out.len();
-            walk(p, &mut out)?;
+            walk(p, out, skipped)?;
             if out.len() == before {
                 return Err(LoadError::NoFiles { path: p.clone() });
             }
@@ -42,10 +59,10 @@ pub fn collect_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
             out.push(p.clone());
         }
     }
-    Ok(out)
+    Ok(())
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
+fn walk(dir: &Path, out: &mut Vec<PathBuf>, skipped: &mut Vec<PathBuf>) -> Result<(), LoadError> {
     let read = |e| LoadError::Read {
         path: dir.to_path_buf(),
         source: e,
@@ -67,17 +84,60 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
             if p.file_name().is_some_and(|n| n == "tests") {
                 continue;
             }
-            walk(&p, out)?;
+            walk(&p, out, skipped)?;
         } else if p
             .extension()
             .and_then(|e| e.to_str())
             .is_some_and(|e| e == "yaml" || e == "yml")
             && !is_test_or_snapshot(&p)
         {
-            out.push(p);
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            if is_manifest(&text) {
+                skipped.push(p);
+            } else {
+                out.push(p);
+            }
         }
     }
     Ok(())
+}
+
+/// Whether a file's every document is a Kubernetes object other than a Rule (a top-level
+/// `apiVersion:` and `kind:`, which no rules document has): a sample resource or a manifest
+/// beside the rules, not rules. (A file of Rule objects, as `ruleop rule` prints, is read
+/// by the commands that take them.)
+pub fn is_manifest(text: &str) -> bool {
+    let mut docs = 0;
+    let mut doc = (false, false, false);
+    let mut end = |(api, kind, rule): (bool, bool, bool), empty: bool| {
+        if empty {
+            return true;
+        }
+        docs += 1;
+        api && kind && !rule
+    };
+    let mut all = true;
+    let mut empty = true;
+    for line in text.lines() {
+        if line.trim_end() == "---" {
+            all &= end(doc, empty);
+            (doc, empty) = ((false, false, false), true);
+            continue;
+        }
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        empty = false;
+        if let Some(v) = line.strip_prefix("apiVersion:") {
+            doc.0 = true;
+            doc.2 |= v.trim().trim_matches(['"', '\'']).starts_with(super::object::GROUP);
+        } else if line.starts_with("kind:") {
+            doc.1 = true;
+        }
+    }
+    all &= end(doc, empty);
+    all && docs > 0
 }
 
 /// Whether a file in a rules folder is a test of the rules (`*_test.yaml`) or a test's
@@ -449,5 +509,46 @@ mod claims_tests {
             m.contains("rule `zzz` watches sre.example.com/v1 zzsites (the kind website of sre.example.com), which rule `website`"),
             "{m}"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_passes_over_samples_and_manifests_but_not_rules_or_rule_objects() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        write(
+            "site.yaml",
+            "name: site\nwatch: {group: a.dev, version: v1, resource: sites}\n",
+        );
+        write(
+            "sample.yaml",
+            "# a sample\napiVersion: a.dev/v1\nkind: Site\nmetadata: {name: x}\n---\n---\napiVersion: v1\nkind: ConfigMap\n",
+        );
+        write(
+            "rules-as-objects.yaml",
+            "apiVersion: ruleop.dev/v1alpha1\nkind: Rule\nmetadata: {name: site}\n",
+        );
+        // One document a rule: the file is rules (and its other document an error).
+        write(
+            "mixed.yaml",
+            "apiVersion: v1\nkind: ConfigMap\n---\nname: other\n",
+        );
+        let files = collect_files(&[dir.path().to_path_buf()]).unwrap();
+        let names: Vec<_> = files
+            .iter()
+            .map(|f| f.file_name().unwrap().to_str().unwrap())
+            .collect();
+        assert_eq!(names, ["mixed.yaml", "rules-as-objects.yaml", "site.yaml"]);
+        let skipped = manifests_skipped(&[dir.path().to_path_buf()]);
+        assert_eq!(skipped, [dir.path().join("sample.yaml")]);
+        // Named by itself, a file is read whatever it holds.
+        let one = collect_files(&[dir.path().join("sample.yaml")]).unwrap();
+        assert_eq!(one.len(), 1);
+        assert!(!is_manifest(""));
+        assert!(!is_manifest("# only a comment\n"));
     }
 }
