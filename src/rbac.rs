@@ -105,6 +105,18 @@ fn permissions(rules: &[Arc<CompiledRule>], t: &Target) -> access::Permissions {
         for (k, verbs) in t.needs(rule) {
             p.entry(k).or_default().extend(verbs);
         }
+        // A Deployment let go (`onRemove: Orphan`): ruleop's annotations are taken off its
+        // ReplicaSets too, which its controller copied them to (best effort, not required).
+        let orphans_deployments = rule.children.iter().any(|c| {
+            c.group() == "apps"
+                && c.kind == "Deployment"
+                && c.on_remove == crate::rules::spec::OnRemove::Orphan
+        });
+        if orphans_deployments {
+            p.entry(("apps".into(), "replicasets".into()))
+                .or_default()
+                .extend(["list", "patch"]);
+        }
     }
     p
 }

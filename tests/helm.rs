@@ -605,6 +605,33 @@ async fn helm_installs_upgrades_with_no_pod_restarted_and_uninstalls() {
             "{kind}: {meta}"
         );
     }
+    // Nor do the Deployment's ReplicaSets keep what its controller copied from it.
+    let sets: Value = serde_json::from_str(&c.kubectl(
+        &[
+            "get",
+            "replicasets",
+            "-n",
+            "shop",
+            "-l",
+            "app.kubernetes.io/instance=front",
+            "-o",
+            "json",
+        ],
+        None,
+    ))
+    .unwrap();
+    let sets = sets["items"].as_array().cloned().unwrap_or_default();
+    assert!(!sets.is_empty());
+    for rs in &sets {
+        let annotations = rs["metadata"]["annotations"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            annotations.keys().all(|k| !k.starts_with("ruleop.dev/")),
+            "{annotations:?}"
+        );
+    }
     helm(&["uninstall", "ruleop", "-n", NS, "--wait"], kc);
     assert_eq!(cluster_scoped_left(&c), Vec::<String>::new());
     c.kubectl(

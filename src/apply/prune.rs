@@ -66,8 +66,53 @@ pub async fn orphan(
         .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(ApplyError::from_kube(&ar.kind, &name, e)),
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(ApplyError::from_kube(&ar.kind, &name, e)),
+    }
+    if ar.group == "apps" && ar.kind == "Deployment" {
+        let ns = o.metadata.namespace.as_deref().unwrap_or_default();
+        let uid = o.metadata.uid.as_deref().unwrap_or_default();
+        replica_sets_let_go(api.clone().into_client(), ns, uid).await;
+    }
+    Ok(())
+}
+
+/// The ReplicaSets of a Deployment let go: the Deployment's controller copies its
+/// annotations to them (ruleop's included) and never takes one away. Best effort: an
+/// account that may not list or patch ReplicaSets leaves them (said at debug level).
+async fn replica_sets_let_go(client: kube::Client, ns: &str, deployment_uid: &str) {
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    let api: Api<ReplicaSet> = Api::namespaced(client, ns);
+    let sets = match api.list_metadata(&Default::default()).await {
+        Ok(l) => l.items,
+        Err(e) => {
+            tracing::debug!(namespace = %ns, error = %e, "the ReplicaSets of a Deployment let go keep ruleop's annotations (they cannot be listed)");
+            return;
+        }
+    };
+    let ours = |rs: &kube::api::PartialObjectMeta<ReplicaSet>| {
+        let controlled = rs
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.uid == deployment_uid && r.controller == Some(true));
+        let marked = rs.metadata.annotations.as_ref().is_some_and(|a| {
+            a.contains_key(HASH_ANNOTATION) || a.contains_key(ON_REMOVE_ANNOTATION)
+        });
+        controlled && marked
+    };
+    let body = serde_json::json!({"metadata": {
+        "annotations": {HASH_ANNOTATION: null, ON_REMOVE_ANNOTATION: null},
+    }});
+    for rs in sets.iter().filter(|rs| ours(rs)) {
+        let name = rs.metadata.name.as_deref().unwrap_or_default();
+        if let Err(e) = api
+            .patch_metadata(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            tracing::debug!(namespace = %ns, replicaset = %name, error = %e, "a ReplicaSet of a Deployment let go keeps ruleop's annotations");
+        }
     }
 }

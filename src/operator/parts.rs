@@ -200,9 +200,13 @@ pub(super) async fn remove_local_webhook(args: &RunArgs, process: &Process) {
     };
     let name = args.webhook_name();
     match webhook::remove_configuration(&process.client, &name, url).await {
-        Ok(true) => tracing::info!(configuration = %name, %url, "the webhook's configuration removed (no one serves its URL now)"),
+        Ok(true) => {
+            tracing::info!(configuration = %name, %url, "the webhook's configuration removed (no one serves its URL now)")
+        }
         Ok(false) => {}
-        Err(e) => tracing::warn!(configuration = %name, error = %e, "the webhook's configuration could not be removed: delete it by hand (kubectl delete validatingwebhookconfiguration {name})"),
+        Err(e) => {
+            tracing::warn!(configuration = %name, error = %e, "the webhook's configuration could not be removed: delete it by hand (kubectl delete validatingwebhookconfiguration {name})")
+        }
     }
 }
 

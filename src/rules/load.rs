@@ -131,7 +131,10 @@ pub fn is_manifest(text: &str) -> bool {
         empty = false;
         if let Some(v) = line.strip_prefix("apiVersion:") {
             doc.0 = true;
-            doc.2 |= v.trim().trim_matches(['"', '\'']).starts_with(super::object::GROUP);
+            doc.2 |= v
+                .trim()
+                .trim_matches(['"', '\''])
+                .starts_with(super::object::GROUP);
         } else if line.starts_with("kind:") {
             doc.1 = true;
         }
