@@ -57,6 +57,53 @@ async fn trace_names_the_refused_child_first_with_its_message() {
     );
     assert!(out.contains("WebSite/my-blog"), "{out}");
     assert!(out.contains("Service/my-blog-web"), "{out}");
+    // From the cluster alone (ruleop runs from files: no Rule says what the kind's children
+    // are), the kind by any name discovery gives it, and as a kubectl plugin.
+    for kind in ["website", "websites", "WebSite.sre.example.com"] {
+        let (code, out, err) =
+            common::ruleop_cli(&["trace", &format!("{kind}/my-blog"), "-n", &ns], true);
+        assert_eq!(code, 0, "{kind}: {err}");
+        let first = out.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("root cause: Deployment/my-blog-web: not made: ApplyRefused")
+                && first.contains("restartPolicy"),
+            "{kind}: {out}"
+        );
+        assert!(out.contains("└─ Service/my-blog-web"), "{kind}: {out}");
+    }
+    let plugins = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_ruleop"),
+        plugins.path().join("kubectl-ruleop"),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        plugins.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new("kubectl")
+        .args([
+            "ruleop",
+            "trace",
+            "website/my-blog",
+            "-n",
+            &ns,
+            "-o",
+            "json",
+        ])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(t["rootCause"]["kind"], "Deployment", "{t}");
+    assert_eq!(t["rule"], "website", "{t}");
 
     // Fixed: Synced, and its children as they are.
     std::fs::write(&file, &good).unwrap();
@@ -80,5 +127,53 @@ async fn trace_names_the_refused_child_first_with_its_message() {
         t["rootCause"].is_null() || t["rootCause"]["synced"] != false,
         "no child fails to sync: {t}"
     );
+    common::delete_namespace(&ns);
+}
+
+/// A kind's short name, as its CRD declares it (`schema.shortNames`), names it to `trace`.
+#[tokio::test]
+async fn trace_takes_the_kinds_short_name_from_discovery() {
+    let client = common::client().await;
+    let ns = common::namespace(&client, "trace-short").await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("note.yaml");
+    std::fs::write(
+        &file,
+        "name: tracenote\nwatch: {group: trace.ruleop.dev, version: v1, resource: tracenotes}\nschema:\n  kind: TraceNote\n  shortNames: [tnote]\n  spec:\n    text: string | default=hi\nchildren:\n  - id: text\n    template:\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {name: \"{{ name }}-text\"}\n      data: {text: \"{{ spec.text }}\"}\n",
+    )
+    .unwrap();
+    let rules = file.to_str().unwrap();
+    let (code, crd, err) = common::ruleop_cli(&["crd", "--rules", rules], false);
+    assert_eq!(code, 0, "{err}");
+    kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&crd));
+    kubectl_ok(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/tracenotes.trace.ruleop.dev",
+            "--timeout=60s",
+        ],
+        None,
+    );
+    let _op = Operator::start(&ns, &[rules], &[]);
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: trace.ruleop.dev/v1\nkind: TraceNote\nmetadata: {{name: note1, namespace: {ns}}}\nspec: {{}}\n"
+        )),
+    );
+    eventually(T, "the note's ConfigMap", || async {
+        get_json("configmap", &ns, "note1-text").map(|_| ())
+    })
+    .await;
+    let out = eventually(T, "the note traced", || async {
+        let (code, out, _) =
+            common::ruleop_cli(&["trace", "tnote/note1", "-n", &ns, "-o", "json"], true);
+        let t: Value = serde_json::from_str(&out).ok()?;
+        (code == 0 && t["resource"]["synced"] == true).then_some(t)
+    })
+    .await;
+    assert_eq!(out["resource"]["kind"], "TraceNote", "{out}");
+    assert_eq!(out["children"][0]["name"], "note1-text", "{out}");
     common::delete_namespace(&ns);
 }

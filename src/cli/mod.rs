@@ -22,6 +22,7 @@ mod label;
 mod output;
 mod release;
 mod render;
+mod resolve;
 mod rule;
 mod server;
 mod test;

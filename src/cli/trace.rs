@@ -7,7 +7,7 @@ use crate::render::{CHILD_LABEL, RULE_LABEL};
 use crate::rules::CompiledRule;
 use crate::status::condition_of as condition;
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::discovery::{ApiResource, Scope};
+use kube::discovery::ApiResource;
 use serde::Serialize;
 use serde_json::Value;
 use std::process::ExitCode;
@@ -33,6 +33,10 @@ pub(super) struct Node {
 #[serde(rename_all = "camelCase")]
 struct Trace {
     root_cause: Option<Node>,
+    /// The rule that made the children (from the cluster's Rule, `--rules`, or the
+    /// children's label).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<String>,
     resource: Node,
     revision: Option<i64>,
     children: Vec<Node>,
@@ -54,55 +58,37 @@ pub(super) fn trace_cmd(args: TraceArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The rules to trace with: those of `--rules`, else the cluster's Rule objects.
-async fn rules(client: &kube::Client, args: &TraceArgs) -> anyhow::Result<Vec<Arc<CompiledRule>>> {
+/// The rule that serves `ar`: of `--rules` (an error if none does), else among the
+/// cluster's Rule objects; None when no Rule serves it (ruleop runs from files, or the
+/// Rule kind is not installed): the children are then found by their labels alone.
+async fn rule_for(
+    client: &kube::Client,
+    args: &TraceArgs,
+    ar: &ApiResource,
+) -> anyhow::Result<Option<Arc<CompiledRule>>> {
+    let serves = |r: &Arc<CompiledRule>| r.watch.group == ar.group && r.watch.resource == ar.plural;
     if !args.rules.is_empty() {
-        return Ok(crate::rules::load_paths(&args.rules).0);
+        let rules = crate::rules::load_paths(&args.rules).0;
+        return match rules.into_iter().find(serves) {
+            Some(r) => Ok(Some(r)),
+            None => anyhow::bail!(
+                "no rule of {:?} serves {}.{} (leave out --rules to trace from the cluster alone)",
+                args.rules,
+                ar.plural,
+                ar.group
+            ),
+        };
     }
     let api: Api<DynamicObject> =
         Api::all_with(client.clone(), &crate::operator::objects::resource());
-    let list = api.list(&ListParams::default()).await?;
+    let Ok(list) = api.list(&ListParams::default()).await else {
+        return Ok(None);
+    };
     Ok(list
         .items
         .iter()
         .filter_map(|o| crate::rules::object::load_object(&serde_json::to_value(o).ok()?).rule)
-        .collect())
-}
-
-/// The rule whose watched kind `wanted` names (its kind, plural or singular, with or
-/// without its group), and that kind.
-async fn find_kind(
-    client: &kube::Client,
-    rules: &[Arc<CompiledRule>],
-    wanted: &str,
-) -> anyhow::Result<(Arc<CompiledRule>, ApiResource, bool)> {
-    let wanted = wanted.to_lowercase();
-    for rule in rules {
-        let w = &rule.watch;
-        let gv = kube::core::GroupVersion::gv(&w.group, &w.version);
-        let Ok(group) = kube::discovery::pinned_group(client, &gv).await else {
-            continue;
-        };
-        for (ar, caps) in group.resources_by_stability() {
-            if ar.plural != w.resource {
-                continue;
-            }
-            let names = [
-                ar.kind.to_lowercase(),
-                ar.plural.clone(),
-                ar.kind.to_lowercase().trim_end_matches('s').to_string(),
-            ];
-            let hit = names
-                .iter()
-                .any(|n| *n == wanted || format!("{n}.{}", w.group) == wanted);
-            if hit {
-                return Ok((rule.clone(), ar, caps.scope == Scope::Namespaced));
-            }
-        }
-    }
-    anyhow::bail!(
-        "no rule serves a kind named {wanted:?} (give --rules, or check the cluster's Rules: `kubectl get rules`)"
-    )
+        .find(serves))
 }
 
 async fn gather(args: &TraceArgs) -> anyhow::Result<Trace> {
@@ -111,35 +97,99 @@ async fn gather(args: &TraceArgs) -> anyhow::Result<Trace> {
         .resource
         .split_once('/')
         .ok_or_else(|| anyhow::anyhow!("{:?}: give KIND/NAME (website/my-blog)", args.resource))?;
-    let rules = rules(&client, args).await?;
-    let (rule, ar, namespaced) = find_kind(&client, &rules, kind).await?;
+    let served = super::resolve::discover(&client).await?;
+    let found = super::resolve::find(&served, kind)?;
+    let ar = &found.ar;
+    let rule = rule_for(&client, args, ar).await?;
     let ns = args.namespace.as_str();
-    let api: Api<DynamicObject> = match namespaced {
-        true => Api::namespaced_with(client.clone(), ns, &ar),
-        false => Api::all_with(client.clone(), &ar),
+    let api: Api<DynamicObject> = match found.namespaced {
+        true => Api::namespaced_with(client.clone(), ns, ar),
+        false => Api::all_with(client.clone(), ar),
     };
     let cr = serde_json::to_value(api.get(name).await?)?;
     let uid = cr["metadata"]["uid"]
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let children = children(&client, &rule, ns, &uid).await?;
+    let (children, kinds): (Vec<Value>, Vec<(String, String)>) = match &rule {
+        Some(rule) => {
+            let kinds = rule
+                .children
+                .iter()
+                .map(|c| (c.id.clone(), c.kind.clone()))
+                .collect();
+            (children(&client, rule, ns, &uid).await?, kinds)
+        }
+        None => {
+            let kinds = served
+                .iter()
+                .map(|k| (String::new(), k.ar.kind.clone()))
+                .collect();
+            (labelled_children(&client, &served, ns, &uid).await, kinds)
+        }
+    };
     let resource = resource_node(&ar.kind, name, &cr);
-    let kinds: Vec<(String, String)> = rule
-        .children
-        .iter()
-        .map(|c| (c.id.clone(), c.kind.clone()))
-        .collect();
     let nodes = judge(&cr, &children, &kinds);
     let root_cause = root_cause(&resource, &nodes);
     let events = events(&client, ns, &uid).await;
+    let rule = rule.map(|r| r.name.clone()).or_else(|| {
+        children.iter().find_map(|c| {
+            c["metadata"]["labels"][RULE_LABEL]
+                .as_str()
+                .map(str::to_string)
+        })
+    });
     Ok(Trace {
         root_cause,
+        rule,
         revision: cr["status"]["ruleRevision"].as_i64(),
         resource,
         children: nodes,
         events,
     })
+}
+
+/// The resource's children with no rule at hand: of every namespaced kind the cluster
+/// lists, the objects in `ns` with ruleop's rule label that the resource `uid` controls.
+/// (A kind the caller may not list is passed over.)
+async fn labelled_children(
+    client: &kube::Client,
+    served: &[super::resolve::Served],
+    ns: &str,
+    uid: &str,
+) -> Vec<Value> {
+    use futures::StreamExt;
+    let lp = ListParams::default().labels(RULE_LABEL);
+    let lists = futures::stream::iter(served.iter().filter(|k| k.namespaced && k.lists()))
+        .map(|k| {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &k.ar);
+            let lp = lp.clone();
+            async move { (k, api.list(&lp).await) }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await;
+    let mut out = Vec::new();
+    for (k, list) in lists {
+        for o in list.map(|l| l.items).unwrap_or_default() {
+            if !controlled_by(&o, uid) {
+                continue;
+            }
+            if let Ok(mut v) = serde_json::to_value(&o) {
+                v["kind"] = Value::String(k.ar.kind.clone());
+                out.push(v);
+            }
+        }
+    }
+    out
+}
+
+fn controlled_by(o: &DynamicObject, uid: &str) -> bool {
+    o.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.uid == uid && r.controller == Some(true))
 }
 
 /// The live children of the resource `uid`: of each kind the rule makes, those labelled
@@ -167,13 +217,7 @@ async fn children(
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
         let lp = ListParams::default().labels(&format!("{RULE_LABEL}={}", rule.name));
         for o in api.list(&lp).await?.items {
-            let owned = o
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|r| r.uid == uid && r.controller == Some(true));
-            if owned {
+            if controlled_by(&o, uid) {
                 let mut v = serde_json::to_value(&o)?;
                 v["kind"] = Value::String(kind.clone());
                 out.push(v);
@@ -282,7 +326,7 @@ pub(super) fn judge(cr: &Value, children: &[Value], kinds: &[(String, String)]) 
             for name in named_in(message, kind) {
                 if !nodes.iter().any(|n| n.kind == *kind && n.name == name) {
                     nodes.push(Node {
-                        id: Some(id.clone()),
+                        id: (!id.is_empty()).then(|| id.clone()),
                         kind: kind.clone(),
                         name,
                         synced: Some(false),
@@ -452,6 +496,7 @@ mod tests {
         let text = tree(
             &Trace {
                 root_cause: Some(root),
+                rule: None,
                 resource,
                 revision: Some(2),
                 children: nodes,

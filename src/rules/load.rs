@@ -130,13 +130,10 @@ pub fn is_manifest(text: &str) -> bool {
         }
         empty = false;
         if let Some(v) = line.strip_prefix("apiVersion:") {
-            doc.0 = true;
-            doc.2 |= v
-                .trim()
-                .trim_matches(['"', '\''])
-                .starts_with(super::object::GROUP);
-        } else if line.starts_with("kind:") {
+            doc.0 = !v.trim().is_empty();
+        } else if let Some(v) = line.strip_prefix("kind:") {
             doc.1 = true;
+            doc.2 |= v.trim().trim_matches(['"', '\'']) == "Rule";
         }
     }
     all &= end(doc, empty);
