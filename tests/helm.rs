@@ -570,22 +570,44 @@ async fn helm_installs_upgrades_with_no_pod_restarted_and_uninstalls() {
         "no pod of the WebSite restarted across the upgrade"
     );
 
-    // Uninstall: ruleop stopped; `ruleop release` lets the WebSite's children go (they keep
-    // running, owned by nothing); the release gone, then its namespace (its inventory,
-    // certificate and Lease): nothing of ruleop's is left but the CRDs Helm keeps.
+    // Uninstall as under Helm: ruleop stopped and the release gone (its rules ConfigMap with
+    // it), then `ruleop release` from what the cluster holds lets the WebSite's children go
+    // (they keep running, owned by nothing).
+    let uids = |c: &Cluster| -> Vec<String> {
+        ["deployment", "service"]
+            .iter()
+            .map(|k| {
+                c.kubectl(
+                    &[
+                        "get",
+                        k,
+                        "front-web",
+                        "-n",
+                        "shop",
+                        "-o",
+                        "jsonpath={.metadata.uid}",
+                    ],
+                    None,
+                )
+            })
+            .collect()
+    };
+    let children = uids(&c);
     drop(pod);
-    let (code, out, err) = common::ruleop_cli(
-        &[
-            "--kubeconfig",
-            &c.kubeconfig,
-            "release",
-            "--rule",
-            "website",
-            "--rules",
-            "rules/website.yaml",
-        ],
-        false,
-    );
+    helm(&["uninstall", "ruleop", "-n", NS, "--wait"], kc);
+    let release = |c: &Cluster| {
+        common::ruleop_cli(
+            &[
+                "--kubeconfig",
+                &c.kubeconfig,
+                "release",
+                "--rule",
+                "website",
+            ],
+            false,
+        )
+    };
+    let (code, out, err) = release(&c);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("1 resources released"), "{out}");
     for kind in ["deployment", "service"] {
@@ -632,7 +654,48 @@ async fn helm_installs_upgrades_with_no_pod_restarted_and_uninstalls() {
             "{annotations:?}"
         );
     }
+    // Installed again, ruleop takes back the children it released (by their uids, which
+    // the WebSite kept): the same objects, no pod restarted, the record gone.
+    let site: Value = serde_json::from_str(&c.kubectl(
+        &["get", "website", "front", "-n", "shop", "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    let kept = site["metadata"]["annotations"]["ruleop.dev/released-children"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(children.iter().all(|u| kept.contains(u.as_str())), "{kept}");
+    helm(&["install", "ruleop", "charts/ruleop", "-n", NS], kc);
+    let pod = Pod::start(&c);
+    eventually(T, "the released children taken back", || async {
+        let site: Value = serde_json::from_str(&c.kubectl(
+            &["get", "website", "front", "-n", "shop", "-o", "json"],
+            None,
+        ))
+        .ok()?;
+        let deployment: Value = serde_json::from_str(&c.kubectl(
+            &["get", "deployment", "front-web", "-n", "shop", "-o", "json"],
+            None,
+        ))
+        .ok()?;
+        let owner = &deployment["metadata"]["ownerReferences"][0];
+        let back = owner["uid"] == site["metadata"]["uid"]
+            && deployment["metadata"]["labels"]["ruleop.dev/rule"] == "website"
+            && site["metadata"]["annotations"]
+                .get("ruleop.dev/released-children")
+                .is_none()
+            && common::condition(&site, "Synced").is_some_and(|c| c["status"] == "True");
+        back.then_some(())
+    })
+    .await;
+    assert_eq!(uids(&c), children, "the same objects, taken back");
+    assert_eq!(pods_of(&c, "shop", "front"), before, "no pod restarted");
+    // And let go again for the last uninstall.
+    drop(pod);
     helm(&["uninstall", "ruleop", "-n", NS, "--wait"], kc);
+    let (code, out, err) = release(&c);
+    assert_eq!(code, 0, "{out}{err}");
     assert_eq!(cluster_scoped_left(&c), Vec::<String>::new());
     c.kubectl(
         &["delete", "namespace", NS, "--wait=true", "--timeout=90s"],

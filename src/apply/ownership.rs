@@ -74,6 +74,25 @@ pub fn judge(live: &Value, cr_uid: &str, rule: &str, policy: AdoptPolicy) -> Ver
     }
 }
 
+/// Whether `live` is an object `ruleop release` let go from the resource whose
+/// `released` uids name it: its uid among them, no controller, no rule's label, and fields
+/// applied by ruleop's field manager. (Another team's object of the name has another uid,
+/// and a uid written into the resource by hand names no object ruleop applied.)
+pub fn released(live: &Value, released: &[String]) -> bool {
+    let uid = live.pointer("/metadata/uid").and_then(Value::as_str);
+    let applied_by_ruleop = live
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|m| {
+            m.iter()
+                .any(|e| e["manager"] == crate::render::FIELD_MANAGER && e["operation"] == "Apply")
+        });
+    uid.is_some_and(|u| released.iter().any(|r| r == u))
+        && controller_ref(live).is_none()
+        && rule_label(live).is_none()
+        && applied_by_ruleop
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,5 +189,27 @@ mod tests {
             ),
             "an owner that is not a controller leaves the object an orphan"
         );
+    }
+
+    #[test]
+    fn a_released_child_is_known_by_its_uid_and_ruleops_applied_fields() {
+        let mut o = obj(None, None);
+        o["metadata"]["uid"] = json!("c1");
+        o["metadata"]["managedFields"] =
+            json!([{"manager": crate::render::FIELD_MANAGER, "operation": "Apply"}]);
+        let released = ["c0".to_string(), "c1".to_string()];
+        assert!(super::released(&o, &released));
+        // Not named by the resource.
+        assert!(!super::released(&o, &released[..1]));
+        // Someone else's namesake: no field of ruleop's.
+        let mut theirs = o.clone();
+        theirs["metadata"]["managedFields"] =
+            json!([{"manager": "kubectl-client-side-apply", "operation": "Update"}]);
+        assert!(!super::released(&theirs, &released));
+        // Controlled by something since, or labelled for a rule.
+        assert!(!super::released(&obj(Some(("u9", true)), None), &released));
+        let mut labelled = o.clone();
+        labelled["metadata"]["labels"][RULE_LABEL] = json!("other");
+        assert!(!super::released(&labelled, &released));
     }
 }

@@ -141,6 +141,10 @@ pub struct Claim<'a> {
     pub rule: &'a str,
     pub adopt: AdoptPolicy,
     pub fence: &'a Fence,
+    /// The uids of the objects `ruleop release` let go from this resource (its
+    /// `ruleop.dev/released-children`): one of them with no controller, that ruleop's field
+    /// manager applied, is taken back whatever `adopt` says.
+    pub released: &'a [String],
 }
 
 impl Claim<'_> {
@@ -196,7 +200,14 @@ async fn write_existing(
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let verdict = judge(live, claim.cr_uid, claim.rule, claim.adopt);
+    let verdict = match judge(live, claim.cr_uid, claim.rule, claim.adopt) {
+        Verdict::NotOwned { .. } if super::ownership::released(live, claim.released) => {
+            Verdict::Adopt {
+                why: "ruleop released it from this resource (`ruleop release`) and it has no controller",
+            }
+        }
+        v => v,
+    };
     if let Verdict::NotOwned { controller } = verdict {
         return Ok(Outcome::NotOwned { controller });
     }

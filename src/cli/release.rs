@@ -6,12 +6,14 @@
 
 use super::args::ReleaseArgs;
 use crate::client::Fence;
+use crate::lifecycle::Made;
 use crate::operator::inventory::{Inventory, key};
-use crate::operator::release::{Release, release_once};
-use crate::rules::CompiledRule;
-use kube::api::{Api, DynamicObject};
+use crate::operator::release::{Release, Subject, release_once};
+use crate::render::RULE_LABEL;
+use crate::rules::spec::WatchSpec;
+use kube::api::{Api, DynamicObject, ListParams};
+use std::collections::BTreeSet;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 pub(super) fn release_cmd(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -20,12 +22,13 @@ pub(super) fn release_cmd(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     rt.block_on(release(args))
 }
 
-/// The rule named `name`: from `--rules`, else the cluster's Rule object of that name.
-async fn find(client: &kube::Client, args: &ReleaseArgs) -> anyhow::Result<Arc<CompiledRule>> {
+/// The rule named `name`: from `--rules`, else the cluster's Rule object of that name, else
+/// (ruleop uninstalled, its rules gone with it) what the rule's children carry.
+async fn find(client: &kube::Client, args: &ReleaseArgs) -> anyhow::Result<Subject> {
     if !args.rules.is_empty() {
         let (rules, errors) = crate::rules::load_paths(&args.rules);
         if let Some(r) = rules.into_iter().find(|r| r.name == args.rule) {
-            return Ok(r);
+            return Ok(Subject::of(&r));
         }
         anyhow::bail!(
             "no rule {:?} in {:?}{}",
@@ -40,18 +43,95 @@ async fn find(client: &kube::Client, args: &ReleaseArgs) -> anyhow::Result<Arc<C
     }
     let api: Api<DynamicObject> =
         Api::all_with(client.clone(), &crate::operator::objects::resource());
-    let Some(o) = api.get_opt(&args.rule).await? else {
+    // (A cluster without the Rule kind, or a caller who may not read it: the children say.)
+    if let Ok(Some(o)) = api.get_opt(&args.rule).await {
+        let loaded = crate::rules::object::load_object(&serde_json::to_value(&o)?);
+        return loaded.rule.map(|r| Subject::of(&r)).ok_or_else(|| {
+            anyhow::anyhow!(
+                "the Rule {:?} does not load (its status says why); give its rules file with --rules",
+                args.rule
+            )
+        });
+    }
+    from_children(client, args).await
+}
+
+/// The rule as its children tell it: the kinds of the objects labelled for it, and the one
+/// kind their controllers are (the kind it watched).
+async fn from_children(client: &kube::Client, args: &ReleaseArgs) -> anyhow::Result<Subject> {
+    use futures::StreamExt;
+    let served = super::resolve::discover(client).await?;
+    let lp = ListParams::default().labels(&format!("{RULE_LABEL}={}", args.rule));
+    let lists = futures::stream::iter(served.iter().filter(|k| k.namespaced && k.lists()))
+        .map(|k| {
+            let api: Api<DynamicObject> = match &args.namespace {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &k.ar),
+                None => Api::all_with(client.clone(), &k.ar),
+            };
+            let lp = lp.clone();
+            async move { (k, api.list_metadata(&lp).await) }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await;
+    // (An object a labelled one controls, as a Service's EndpointSlices copy its labels, is
+    // not the rule's child.)
+    let labelled: Vec<_> = lists
+        .into_iter()
+        .flat_map(|(k, list)| {
+            let items = list.map(|l| l.items).unwrap_or_default();
+            items.into_iter().map(move |o| (k, o))
+        })
+        .collect();
+    let uids: BTreeSet<String> = labelled
+        .iter()
+        .filter_map(|(_, o)| o.metadata.uid.clone())
+        .collect();
+    let mut kinds = BTreeSet::new();
+    let mut controllers = BTreeSet::new();
+    for (k, o) in &labelled {
+        let controller = o
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|r| r.controller == Some(true) && !uids.contains(&r.uid));
+        if let Some(c) = controller {
+            let group = crate::render::group_of(&c.api_version).to_string();
+            controllers.insert((group, c.kind.clone()));
+            kinds.insert(Made {
+                api_version: k.ar.api_version.clone(),
+                kind: k.ar.kind.clone(),
+            });
+        }
+    }
+    let watched: Vec<&super::resolve::Served> = served
+        .iter()
+        .filter(|s| controllers.contains(&(s.ar.group.clone(), s.ar.kind.clone())))
+        .collect();
+    let [watched] = watched.as_slice() else {
         anyhow::bail!(
-            "no Rule {:?} in the cluster (for a rule of a file, give --rules FILE)",
-            args.rule
+            "no Rule {:?} in the cluster, and {}: give the rule's file with --rules FILE",
+            args.rule,
+            match controllers.len() {
+                0 => format!(
+                    "nothing is labelled {RULE_LABEL}={} with a controller",
+                    args.rule
+                ),
+                _ => format!(
+                    "the objects labelled for it have controllers of several kinds ({controllers:?})"
+                ),
+            }
         );
     };
-    let loaded = crate::rules::object::load_object(&serde_json::to_value(&o)?);
-    loaded.rule.ok_or_else(|| {
-        anyhow::anyhow!(
-            "the Rule {:?} does not load (its status says why); give its rules file with --rules",
-            args.rule
-        )
+    Ok(Subject {
+        name: args.rule.clone(),
+        watch: WatchSpec {
+            group: watched.ar.group.clone(),
+            version: watched.ar.version.clone(),
+            resource: watched.ar.plural.clone(),
+        },
+        kinds,
     })
 }
 

@@ -14,6 +14,7 @@ use crate::lifecycle::kinds::kinds_of;
 use crate::lifecycle::planner::{OURS, release_kinds};
 use crate::reconcile::deletion::{LetGoError, let_go};
 use crate::rules::CompiledRule;
+use crate::rules::spec::WatchSpec;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -46,10 +47,32 @@ pub enum ReleaseError {
     NotLeader,
 }
 
+/// The rule a release is of: its name (the children's label), the kind it watched and the
+/// kinds it makes now. From the rule, or (`ruleop release` with no rule at hand) from what
+/// its children carry.
+#[derive(Debug, Clone)]
+pub struct Subject {
+    pub name: String,
+    pub watch: WatchSpec,
+    pub kinds: BTreeSet<crate::lifecycle::Made>,
+}
+
+impl Subject {
+    pub fn of(rule: &CompiledRule) -> Subject {
+        Subject {
+            name: rule.name.clone(),
+            watch: rule.watch.clone(),
+            kinds: kinds_of(rule),
+        }
+    }
+}
+
+pub use crate::render::RELEASED_ANNOTATION;
+
 /// Where the release acts, and as whom.
 pub struct Release {
     pub client: Client,
-    pub rule: Arc<CompiledRule>,
+    pub rule: Subject,
     /// The kinds the inventory records for the rule (those of earlier versions too).
     pub recorded: BTreeSet<crate::lifecycle::Made>,
     pub namespace: Option<String>,
@@ -130,22 +153,15 @@ pub async fn release_once(r: &Release) -> Result<usize, ReleaseError> {
         return Ok(0);
     }
     let uids: BTreeSet<String> = held.iter().filter_map(|o| o.uid()).collect();
-    let_orphans_go(r, &uids).await?;
-    let held: Vec<DynamicObject> = held
-        .into_iter()
-        .filter(|o| o.finalizers().iter().any(|f| OURS.contains(&f.as_str())))
-        .collect();
+    let gone = let_orphans_go(r, &uids).await?;
+    let mut n = 0;
     for o in &held {
         if !r.fence.holds() {
             return Err(ReleaseError::NotLeader);
         }
-        let rest: Vec<&String> = o
-            .finalizers()
-            .iter()
-            .filter(|f| !OURS.contains(&f.as_str()))
-            .collect();
-        let patch =
-            json!({"metadata": {"finalizers": rest, "resourceVersion": o.resource_version()}});
+        let Some(patch) = let_go_patch(r, o, &gone) else {
+            continue;
+        };
         let ns_api: Api<Tolerant> = api(r, ar, o.namespace().as_deref());
         if let Err(source) = ns_api
             .patch(
@@ -162,14 +178,58 @@ pub async fn release_once(r: &Release) -> Result<usize, ReleaseError> {
             say(r, ar, o, &e).await;
             return Err(e);
         }
+        n += 1;
     }
-    Ok(uids.len())
+    Ok(n)
+}
+
+/// The patch that lets resource `o` go: ruleop's finalizers off; with `every`, the uids of
+/// the children let go (`gone`: (resource uid, child uid)) kept in [`RELEASED_ANNOTATION`],
+/// with those an earlier release kept. None when there is nothing to write.
+fn let_go_patch(
+    r: &Release,
+    o: &DynamicObject,
+    gone: &[(String, String)],
+) -> Option<serde_json::Value> {
+    let uid = o.uid().unwrap_or_default();
+    let held = o.finalizers().iter().any(|f| OURS.contains(&f.as_str()));
+    let mut released: BTreeSet<&str> = gone
+        .iter()
+        .filter(|(owner, _)| *owner == uid)
+        .map(|(_, child)| child.as_str())
+        .collect();
+    if !held && (released.is_empty() || !r.every) {
+        return None;
+    }
+    let mut meta = json!({"resourceVersion": o.resource_version()});
+    if held {
+        let rest: Vec<&String> = o
+            .finalizers()
+            .iter()
+            .filter(|f| !OURS.contains(&f.as_str()))
+            .collect();
+        meta["finalizers"] = json!(rest);
+    }
+    if r.every && !released.is_empty() {
+        let before = o
+            .annotations()
+            .get(RELEASED_ANNOTATION)
+            .cloned()
+            .unwrap_or_default();
+        released.extend(before.split(',').filter(|u| !u.is_empty()));
+        let list: Vec<&str> = released.into_iter().collect();
+        meta["annotations"] = json!({RELEASED_ANNOTATION: list.join(",")});
+    }
+    Some(json!({"metadata": meta}))
 }
 
 /// Lets go every object of the rule's child kinds (and of those its inventory records)
 /// that asks to be orphaned and whose controller is one of `uids`.
-async fn let_orphans_go(r: &Release, uids: &BTreeSet<String>) -> Result<usize, ReleaseError> {
-    let kinds = release_kinds(&kinds_of(&r.rule), &r.recorded);
+async fn let_orphans_go(
+    r: &Release,
+    uids: &BTreeSet<String>,
+) -> Result<Vec<(String, String)>, ReleaseError> {
+    let kinds = release_kinds(&r.rule.kinds, &r.recorded);
     let ns = r.namespace.as_deref();
     Ok(let_go(&r.client, &r.fence, &r.rule.name, kinds, ns, uids, r.every).await?)
 }

@@ -176,7 +176,7 @@ impl Supervisor {
         let task = super::release::run(super::release::Release {
             client,
             recorded,
-            rule,
+            rule: super::release::Subject::of(&rule),
             namespace: self.opts.scope.namespace.clone(),
             fence: self.opts.process.fence.clone(),
             reporter: self.opts.reporter.clone(),

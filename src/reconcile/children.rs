@@ -37,6 +37,9 @@ pub struct Round {
     pub not_owned: Vec<String>,
     /// A passing fault: the round is retried with backoff.
     pub transient: Option<ApplyError>,
+    /// The uids of the children `ruleop release` let go from this resource: taken back
+    /// (see [`apply::Claim::released`]).
+    pub released: Arc<[String]>,
 }
 
 impl Round {
@@ -90,8 +93,17 @@ fn wait_for_name(ctx: &Ctx, ns: &str, r: &ResourceId, c: &Rendered) {
 /// holds), the other writes are held, so nothing is left half made. Within each, a child
 /// that refers to another ([`crate::render::refers`]) is sent after it, and held while that
 /// one is not ruleop's.
-pub async fn apply_children(ctx: &Ctx, ns: &str, r: &ResourceId, children: &[Rendered]) -> Round {
-    let mut round = Round::default();
+pub async fn apply_children(
+    ctx: &Ctx,
+    ns: &str,
+    r: &ResourceId,
+    released: Arc<[String]>,
+    children: &[Rendered],
+) -> Round {
+    let mut round = Round {
+        released,
+        ..Round::default()
+    };
     // Decide first (no request), then send the writes in waves: every write whose
     // children it refers to are decided goes at once (the children of one resource are
     // mostly independent, and a reconcile is mostly waiting on the API server).
@@ -190,22 +202,26 @@ fn is_grant(c: &Rendered) -> bool {
 
 /// Sends `writes` at once and books their answers.
 async fn send(ctx: &Ctx, ns: &str, r: &ResourceId, writes: Vec<Write<'_>>, round: &mut Round) {
-    let writes = writes.into_iter().map(|w| async move {
-        let span = tracing::info_span!(
-            "child write",
-            child = %w.c.id,
-            kind = %w.c.kind,
-            name = %w.c.name,
-            error = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-        );
-        let task =
-            owned_write(&w, &r.uid, &ctx.rule.name, ctx.process.fence.clone()).instrument(span);
-        let step = ctx
-            .records
-            .send(r, (&w.c.id, w.key.clone()), task, PATIENCE)
-            .await;
-        (w, step)
+    let released = round.released.clone();
+    let writes = writes.into_iter().map(|w| {
+        let released = released.clone();
+        async move {
+            let span = tracing::info_span!(
+                "child write",
+                child = %w.c.id,
+                kind = %w.c.kind,
+                name = %w.c.name,
+                error = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
+            );
+            let fence = ctx.process.fence.clone();
+            let task = owned_write(&w, &r.uid, &ctx.rule.name, fence, released).instrument(span);
+            let step = ctx
+                .records
+                .send(r, (&w.c.id, w.key.clone()), task, PATIENCE)
+                .await;
+            (w, step)
+        }
     });
     for (w, step) in futures::future::join_all(writes).await {
         match step {
@@ -323,6 +339,7 @@ fn owned_write(
     cr_uid: &str,
     rule: &str,
     fence: Arc<Fence>,
+    released: Arc<[String]>,
 ) -> impl Future<Output = Sent> + Send + 'static {
     let (api, child, live, adopt) = (w.api.clone(), w.c.clone(), w.live.clone(), w.adopt);
     let (uid, rule) = (cr_uid.to_string(), rule.to_string());
@@ -332,6 +349,7 @@ fn owned_write(
             rule: &rule,
             adopt,
             fence: &fence,
+            released: &released,
         };
         let result = apply::write_child(&api, &child, live.as_ref(), claim).await;
         if let Err(e) = &result {

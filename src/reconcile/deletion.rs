@@ -75,8 +75,8 @@ pub enum LetGoError {
 /// Lets go every object of `kinds` ((apiVersion, kind)) labelled for rule `rule`, in
 /// `namespace` (or all), whose controller is one of `owners` and that asks to be orphaned
 /// (with `every`, whatever its `onRemove`: `ruleop release`, nothing of the rule's left
-/// owned or marked). The API server is asked: no watch need see these kinds. How many were
-/// let go.
+/// owned or marked). The API server is asked: no watch need see these kinds. Those let go,
+/// as (their resource's uid, their uid).
 pub async fn let_go(
     client: &kube::Client,
     fence: &crate::client::Fence,
@@ -85,9 +85,9 @@ pub async fn let_go(
     namespace: Option<&str>,
     owners: &BTreeSet<String>,
     every: bool,
-) -> Result<usize, LetGoError> {
+) -> Result<Vec<(String, String)>, LetGoError> {
     let selector = format!("{}={rule}", crate::render::RULE_LABEL);
-    let mut n = 0;
+    let mut gone = Vec::new();
     for (api_version, kind) in kinds {
         let version = api_version.rsplit('/').next().unwrap_or(&api_version);
         let group = crate::render::group_of(&api_version);
@@ -132,10 +132,10 @@ pub async fn let_go(
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, ar);
             apply::orphan(&api, ar, o, owner).await?;
             tracing::info!(rule, kind = %kind, name = %o.name_any(), namespace = %ns, every, "a child let go (of a kind no watch of the rule sees)");
-            n += 1;
+            gone.push((owner.to_string(), o.uid().unwrap_or_default()));
         }
     }
-    Ok(n)
+    Ok(gone)
 }
 
 /// Lets go the objects of `cr` that ask to be orphaned among the kinds no revision in

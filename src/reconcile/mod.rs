@@ -21,6 +21,7 @@ pub mod lookups;
 pub mod outcome;
 pub mod prune;
 pub mod record;
+pub mod released;
 pub mod report;
 pub mod status_write;
 pub mod undecodable;
@@ -295,7 +296,9 @@ async fn sync_children(
     let rendered = out.children.iter().map(ObjectKey::of).collect();
     let waiting = out.waiting.iter().map(|w| w.id.as_str()).collect();
     ctx.records.stop_writes_except(r, &rendered, &waiting);
-    let mut round = children::apply_children(ctx, ns, r, &out.children).await;
+    let released = released::of(cr);
+    let mut round = children::apply_children(ctx, ns, r, released, &out.children).await;
+    released::forget_when_taken_back(ctx, cr, &round).await;
     match prune::uncertain(ctx, out, &round) {
         None => prune::prune_children(ctx, cr, ns, &r.uid, out, &mut round).await,
         Some(why) => {

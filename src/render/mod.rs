@@ -27,8 +27,8 @@ pub use context::{Scope, merge_defaults, scope};
 pub use existing::{Lookup, find_existing, lookups, with_found};
 pub use graph::{Plan, Waiting, render_applied, render_with};
 pub use model::{
-    CHILD_LABEL, FIELD_MANAGER, HASH_ANNOTATION, Item, ON_REMOVE_ANNOTATION, RULE_LABEL,
-    RenderError, Rendered, group_of,
+    CHILD_LABEL, FIELD_MANAGER, HASH_ANNOTATION, Item, ON_REMOVE_ANNOTATION, RELEASED_ANNOTATION,
+    RULE_LABEL, RenderError, Rendered, group_of,
 };
 pub use normalize::normalize;
 pub use object::{hash_of, render_child};

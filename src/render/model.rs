@@ -12,6 +12,10 @@ pub const CHILD_LABEL: &str = "ruleop.dev/child";
 pub const ON_REMOVE_ANNOTATION: &str = "ruleop.dev/on-remove";
 /// Annotation holding a hash of everything ruleop sets on the child.
 pub const HASH_ANNOTATION: &str = "ruleop.dev/applied-hash";
+/// Annotation a resource keeps after `ruleop release`: the uids of the children let go
+/// (comma-separated), which ruleop, serving it again, takes back as this resource's (and
+/// then removes the annotation).
+pub const RELEASED_ANNOTATION: &str = "ruleop.dev/released-children";
 /// The field manager of every write ruleop makes.
 pub const FIELD_MANAGER: &str = "ruleop";
 

@@ -193,7 +193,7 @@ async fn take_from(
     {
         let pair = [made.pair()];
         match let_go(client, fence, old, pair, t.namespace, uids, false).await {
-            Ok(k) => done.let_go += k,
+            Ok(k) => done.let_go += k.len(),
             // ruleop may not read the kind (its RBAC no longer covers it): nothing of it
             // can be let go now, and waiting would not change that.
             Err(LetGoError::Forbidden { kind, message }) => {
