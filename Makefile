@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test test-unit test-long fuzz bench bench-scale profile cluster cluster-down lint build check-rules
+.PHONY: run test test-unit test-long fuzz bench bench-scale profile cluster cluster-down lint build check-rules docs
 
 FUZZ_SECONDS ?= 180
 N ?= 1000
@@ -22,7 +22,7 @@ test:
 ## test-unit: the tests that need no cluster: unit tests, the command line, typed references, formats, the
 ## layout, GitOps health and the monitoring package (build the kstatus and promtool tools once).
 test-unit:
-	$(CARGO) test --lib --bins --test cli --test refs --test formats --test layout --test kstatus --test ruletest --test monitoring
+	$(CARGO) test --lib --bins --test cli --test refs --test formats --test layout --test kstatus --test ruletest --test monitoring --test docs
 
 cluster:
 	tests/cluster/up.sh
@@ -39,6 +39,11 @@ lint:
 
 check-rules:
 	$(CARGO) run --quiet -- check --rules rules/
+
+## docs: the manual (docs/) built as a site in target/book/ with mdBook (installed once into
+## the cache); `tests/docs.rs` checks its YAML examples and links.
+docs:
+	docs/build.sh
 
 ## test-long: the fault tests at full size (1000 resources through the outage, 2 minutes of steady state)
 ## the churn test at full size (2000 steps, a minute of quiet after), and the conversion latency of 1,000-object lists.

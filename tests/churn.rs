@@ -224,13 +224,14 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
     // Each step's start and what was expected before and after it.
     let mut marks: Vec<Mark> = Vec::new();
     let (mut edits, mut kills, mut failovers, mut restarts) = (0, 0, 0, 0);
+    let mut releases = 0;
     let mut moves = 0;
     // Every orphaned child's object ever seen: none may ever go.
     let mut keeps: BTreeSet<String> = BTreeSet::new();
     for step in 0..steps {
         let before = expect_every(&replicas, &specs, &shared_in_ns);
         let started = Timestamp::now();
-        let what: String = match rng.usize(0..21) {
+        let what: String = match rng.usize(0..22) {
             0..=5 => {
                 let what = shape.mutate(&mut rng);
                 let text = shape.text();
@@ -316,6 +317,31 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
                     "s2 comes back to the existing selector".into()
                 }
             }
+            20 => {
+                // An uninstall and a reinstall: ruleop stopped, every resource released
+                // from what the cluster holds, then ruleop back: it takes its children back.
+                for r in &mut replicas {
+                    r.kill();
+                }
+                let (code, out, err) = common::ruleop_cli(
+                    &[
+                        "--kubeconfig",
+                        &kc,
+                        "release",
+                        "--rule",
+                        "churn",
+                        "--operator-namespace",
+                        OP_NS,
+                    ],
+                    false,
+                );
+                assert_eq!(code, 0, "ruleop release: {out}{err}");
+                for r in &mut replicas {
+                    r.start(&kc, front);
+                }
+                releases += 1;
+                format!("release every resource and start again ({})", out.trim())
+            }
             _ => {
                 cluster.ctl("stop", "kube-apiserver");
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -344,7 +370,7 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
     }
     let end = Timestamp::now();
     println!(
-        "churn: {steps} steps: {edits} rule edits ({moves} storage moves), {kills} kills, {failovers} failovers, {restarts} API server restarts"
+        "churn: {steps} steps: {edits} rule edits ({moves} storage moves), {kills} kills, {failovers} failovers, {restarts} API server restarts, {releases} releases"
     );
 
     // Every resource converges to a fresh render, Synced and Ready.

@@ -123,13 +123,13 @@ fn fix_for(message: &str) -> &'static str {
     if message.contains("an unquoted `{{ ... }}`") {
         "quote the template: `name: \"{{ name }}\"`"
     } else if message.contains("unknown field") {
-        "remove or correct the field; the README's rules reference lists every field"
+        "remove or correct the field; the rules reference (docs/reference/rules.md) lists every field"
     } else if message.contains("missing field") {
-        "add the field; the README's rules reference lists what each part needs"
+        "add the field; the rules reference (docs/reference/rules.md) lists what each part needs"
     } else if message.contains("unknown variant") {
         "write one of the values the message lists (they are case-sensitive)"
     } else if message.contains("invalid type") {
-        "give the field a value of the type the README's rules reference names"
+        "give the field a value of the type the rules reference (docs/reference/rules.md) names"
     } else if message.contains("recursion limit") || message.contains("repetition limit") {
         "the file nests or repeats too deeply (a YAML bomb?); write it out plainly"
     } else {

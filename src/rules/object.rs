@@ -215,7 +215,7 @@ pub fn crd() -> Value {
                 ],
                 "schema": {"openAPIV3Schema": {
                     "type": "object",
-                    "description": "A ruleop rule: which custom resource to watch, the children to make from each, and its status. See the ruleop README.",
+                    "description": "A ruleop rule: which custom resource to watch, the children to make from each, and its status. See the ruleop manual (docs/).",
                     "properties": {
                         "spec": {
                             "type": "object",

@@ -290,7 +290,7 @@ pub fn json_schema() -> Value {
     let mut s = serde_json::to_value(schemars::schema_for!(RuleSpec)).unwrap_or_default();
     s["title"] = Value::String("ruleop rule".into());
     s["description"] = Value::String(
-        "One rule of a ruleop rules file (a YAML stream: one rule per document). Field lines of `schema.spec` are `type | markers` (see the README).".into(),
+        "One rule of a ruleop rules file (a YAML stream: one rule per document). Field lines of `schema.spec` are `type | markers` (see docs/reference/schema.md).".into(),
     );
     s
 }

@@ -449,7 +449,7 @@ fn check_filters_and_tests(c: &mut Compiler<'_>) {
         let what = if test { "test" } else { "filter" };
         let fix = match helpers::closest(&name, test) {
             Some(k) => format!("did you mean `{k}`?"),
-            None => format!("see the {what}s in the README's template reference"),
+            None => format!("see the {what}s in the template reference (docs/reference/rules.md)"),
         };
         c.error(
             &at,
