@@ -78,6 +78,55 @@ fn kinds(objects: &BTreeMap<String, Value>) -> BTreeSet<String> {
 }
 
 #[test]
+fn the_webhooks_certificate_can_come_from_cert_manager() {
+    let own = template("ruleop", "ruleop-system", &[]);
+    assert!(!kinds(&own).contains("Certificate"), "{:?}", own.keys());
+    let args = |o: &BTreeMap<String, Value>| {
+        o["Deployment ruleop-system/ruleop"]["spec"]["template"]["spec"]["containers"][0]["args"]
+            .clone()
+    };
+    assert!(!args(&own).to_string().contains("--webhook-certificates"));
+    let cm = template(
+        "ruleop",
+        "ruleop-system",
+        &["webhook.certManager.enabled=true"],
+    );
+    let cert = &cm["Certificate ruleop-system/ruleop-webhook"]["spec"];
+    assert_eq!(cert["secretName"], "ruleop-webhook-tls", "{cert}");
+    assert_eq!(
+        cert["dnsNames"][0], "ruleop-webhook.ruleop-system.svc",
+        "{cert}"
+    );
+    assert_eq!(cert["issuerRef"]["name"], "ruleop-selfsigned", "{cert}");
+    assert!(cm.contains_key("Issuer ruleop-system/ruleop-selfsigned"));
+    assert!(
+        args(&cm)
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("--webhook-certificates=external"))
+    );
+    let hook = &cm["ValidatingWebhookConfiguration /ruleop"]["metadata"]["annotations"];
+    assert_eq!(
+        hook["cert-manager.io/inject-ca-from"], "ruleop-system/ruleop-webhook",
+        "{hook}"
+    );
+    // A CA of the cluster's: no Issuer of the chart's.
+    let theirs = template(
+        "ruleop",
+        "ruleop-system",
+        &[
+            "webhook.certManager.enabled=true",
+            "webhook.certManager.issuerRef.name=corp-ca",
+            "webhook.certManager.issuerRef.kind=ClusterIssuer",
+        ],
+    );
+    let cert = &theirs["Certificate ruleop-system/ruleop-webhook"]["spec"];
+    assert_eq!(cert["issuerRef"]["kind"], "ClusterIssuer", "{cert}");
+    assert!(!kinds(&theirs).contains("Issuer"));
+    assert!(refused(&["webhook.certManager.issuerRef.kind=Secret"]).contains("kind"));
+}
+
+#[test]
 fn one_replica_gets_no_disruption_budget_to_block_a_drain() {
     let one = template("ruleop", "ruleop-system", &["replicas=1"]);
     assert!(

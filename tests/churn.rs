@@ -335,12 +335,19 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
                     ],
                     false,
                 );
-                assert_eq!(code, 0, "ruleop release: {out}{err}");
+                // With ruleop down no one converts the kind's versions: a resource stored in
+                // another version cannot be written, and the release stops there (what it let
+                // go before is taken back all the same).
+                let unconverted = err.contains("conversion webhook");
+                assert!(code == 0 || unconverted, "ruleop release: {out}{err}");
                 for r in &mut replicas {
                     r.start(&kc, front);
                 }
                 releases += 1;
-                format!("release every resource and start again ({})", out.trim())
+                match code {
+                    0 => format!("release every resource and start again ({})", out.trim()),
+                    _ => "release stopped by a conversion no one serves; start again".into(),
+                }
             }
             _ => {
                 cluster.ctl("stop", "kube-apiserver");

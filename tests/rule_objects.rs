@@ -535,3 +535,136 @@ async fn a_kind_is_defined_for_a_rule_only_once_its_account_may_update_the_crd()
     let _ = kubectl(&["delete", "clusterrole,clusterrolebinding", &role], None);
     common::delete_namespace(&ns);
 }
+
+/// `--webhook-certificates=external` (cert-manager's way): the webhook serves the Secret's
+/// certificate as another made it, trusts its `ca.crt`, and never writes the Secret.
+#[tokio::test]
+async fn the_webhook_serves_a_certificate_another_made_and_never_writes_it() {
+    let client = common::client().await;
+    install_crds(&[RULE_CRD, "deploy/crds/websites.sre.example.com.yaml"]);
+    let ns = common::namespace(&client, "rule-certs").await;
+    let dir = tempfile::tempdir().unwrap();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &[
+            &["req", "-x509"],
+            &ec[..],
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "30",
+                "-subj",
+                "/CN=test-ca",
+            ],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &["req"],
+            &ec[..],
+            &[
+                "-keyout",
+                "tls.key",
+                "-out",
+                "tls.csr",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+        ]
+        .concat(),
+    );
+    std::fs::write(dir.path().join("san.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "tls.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "tls.crt",
+        "-days",
+        "30",
+        "-extfile",
+        "san.cnf",
+    ]);
+    let hook = format!("ruleop-{ns}");
+    let secret = format!("{hook}-webhook-tls");
+    let file = |f: &str| format!("--from-file={}", dir.path().join(f).display());
+    kubectl_ok(
+        &[
+            "create",
+            "secret",
+            "generic",
+            &secret,
+            "-n",
+            &ns,
+            &file("tls.crt"),
+            &file("tls.key"),
+            &file("ca.crt"),
+        ],
+        None,
+    );
+    let before = get_json("secret", &ns, &secret).unwrap()["data"].clone();
+    let port = common::free_port();
+    let mut flags = common::webhook_args(&ns, port);
+    flags.extend([
+        "--rule-objects=true".into(),
+        "--webhook-certificates=external".into(),
+    ]);
+    let args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut op = Operator::start(&ns, &[], &args);
+    let mut broken = website_rule(&format!("site-{ns}"), &ns);
+    broken["spec"]["children"][0]["template"]["spec"]["replicas"] = json!("three");
+    let text = serde_json::to_string(&broken).unwrap();
+    let refusal = eventually(
+        T,
+        "the webhook refuses, over the given certificate",
+        || async {
+            let (ok, _, err) = kubectl(&["apply", "--dry-run=server", "-f", "-"], Some(&text));
+            (!ok && err.contains("denied the request")).then_some(err)
+        },
+    )
+    .await;
+    assert!(
+        refusal.contains("spec.children[0].template.spec.replicas"),
+        "{refusal}"
+    );
+    let vwc = get_json("validatingwebhookconfiguration", "", &hook).unwrap();
+    assert_eq!(
+        vwc["webhooks"][0]["clientConfig"]["caBundle"], before["ca.crt"],
+        "the CA bundle is the Secret's ca.crt"
+    );
+    assert_eq!(
+        get_json("secret", &ns, &secret).unwrap()["data"],
+        before,
+        "ruleop never writes a Secret another made"
+    );
+    assert!(op.terminate(Duration::from_secs(20)), "exits on SIGTERM");
+    common::delete_namespace(&ns);
+}

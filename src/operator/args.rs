@@ -99,6 +99,19 @@ pub struct WebhookArgs {
     /// write over each other's configuration.
     #[arg(long)]
     pub webhook_name: Option<String>,
+    /// Who makes the webhook's certificates: `ruleop` (its own CA, renewed 30 days before
+    /// the end, in the Secret `<name>-webhook-tls`), or `external`: the Secret is another's
+    /// to write (cert-manager's Certificate, with `tls.crt`, `tls.key` and `ca.crt`), and
+    /// ruleop only reads it, serving its certificate and trusting its `ca.crt`.
+    #[arg(long, value_enum, default_value = "ruleop")]
+    pub webhook_certificates: Certificates,
+}
+
+/// Who makes the webhook's certificates.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Certificates {
+    Ruleop,
+    External,
 }
 
 /// `ruleop run`'s arguments: the requests to the api server.

@@ -181,6 +181,7 @@ pub(super) async fn webhook(
         selector: args.rule_selector.clone(),
         identity: me.to_string(),
         expiry: process.metrics.webhook_certificate_expiry.clone(),
+        external: args.webhook.webhook_certificates == super::args::Certificates::External,
     };
     let hook = cfg.hook();
     let client = process.client.clone();

@@ -26,7 +26,8 @@ pub fn of(cr: &DynamicObject) -> Arc<[String]> {
 }
 
 /// Takes the annotation off once a round wrote every child with no problem (the released
-/// ones taken back, or made anew).
+/// ones taken back, or made anew). The caller calls it only when no child waits (a child
+/// that waits for another is not written yet: it may be one released).
 pub async fn forget_when_taken_back(ctx: &Ctx, cr: &DynamicObject, round: &Round) {
     let done = round.problems.is_empty() && round.transient.is_none() && !round.on_its_way;
     if round.released.is_empty() || !done || !ctx.process.fence.holds() {

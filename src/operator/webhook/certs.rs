@@ -32,6 +32,8 @@ pub enum CertError {
     Make(#[from] rcgen::Error),
     #[error("the webhook's Secret lacks `{0}`")]
     Missing(&'static str),
+    #[error("the webhook's Secret holds a `tls.crt` that cannot be read: {0}")]
+    Unreadable(String),
 }
 
 /// A CA and a serving certificate, in PEM, with when each ends.
@@ -192,6 +194,34 @@ pub fn from_secret(
     })
 }
 
+/// The certificates of a Secret another writes (cert-manager's `kubernetes.io/tls` with
+/// `ca.crt`): the serving certificate and key, the CA that signed it, and when the
+/// certificate ends (read from it). No CA key: ruleop never signs with it.
+pub fn from_external_secret(data: &BTreeMap<String, String>) -> Result<Certs, CertError> {
+    let get = |k: &'static str| data.get(k).cloned().ok_or(CertError::Missing(k));
+    let cert = get(TLS_CERT)?;
+    let not_after = not_after_of(&cert)?;
+    Ok(Certs {
+        ca_cert: get(CA_CERT)?,
+        ca_key: String::new(),
+        key: get(TLS_KEY)?,
+        cert,
+        ca_not_after: not_after,
+        not_after,
+        names: Vec::new(),
+    })
+}
+
+/// When a PEM certificate ends.
+fn not_after_of(pem: &str) -> Result<OffsetDateTime, CertError> {
+    let bad = |why: String| CertError::Unreadable(why);
+    let (_, pem) =
+        x509_parser::pem::parse_x509_pem(pem.as_bytes()).map_err(|e| bad(e.to_string()))?;
+    let cert = pem.parse_x509().map_err(|e| bad(e.to_string()))?;
+    OffsetDateTime::from_unix_timestamp(cert.validity().not_after.timestamp())
+        .map_err(|e| bad(e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,5 +257,36 @@ mod tests {
             back.not_after.unix_timestamp(),
             c.not_after.unix_timestamp()
         );
+    }
+
+    #[test]
+    fn a_secret_another_wrote_is_served_as_it_is_with_its_end_read_from_the_certificate() {
+        let c = make(&["ruleop-webhook.ruleop-system.svc".to_string()]).unwrap();
+        let data: BTreeMap<String, String> = [
+            (TLS_CERT, c.cert.clone()),
+            (TLS_KEY, c.key.clone()),
+            (CA_CERT, c.ca_cert.clone()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let got = from_external_secret(&data).unwrap();
+        assert_eq!(
+            (&got.cert, &got.key, &got.ca_cert),
+            (&c.cert, &c.key, &c.ca_cert)
+        );
+        assert_eq!(got.not_after.unix_timestamp(), c.not_after.unix_timestamp());
+        let mut no_ca = data.clone();
+        no_ca.remove(CA_CERT);
+        assert!(matches!(
+            from_external_secret(&no_ca),
+            Err(CertError::Missing("ca.crt"))
+        ));
+        let mut junk = data;
+        junk.insert(TLS_CERT.into(), "not a certificate".into());
+        assert!(matches!(
+            from_external_secret(&junk),
+            Err(CertError::Unreadable(_))
+        ));
     }
 }

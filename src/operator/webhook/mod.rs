@@ -41,6 +41,8 @@ pub struct Config {
     pub identity: String,
     /// Set to when the serving certificate in use ends (Unix seconds).
     pub expiry: prometheus_client::metrics::gauge::Gauge,
+    /// The Secret is written by another (cert-manager): read only.
+    pub external: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -295,6 +297,16 @@ async fn round(
 ) -> Result<Option<certs::Certs>, Box<dyn std::error::Error + Send + Sync>> {
     let api: Api<Secret> = Api::namespaced(client.clone(), &cfg.namespace);
     let secret = api.get_opt(&cfg.secret()).await?;
+    if cfg.external {
+        let Some(s) = &secret else {
+            return Err(format!("the Secret {}/{} is not there yet (--webhook-certificates=external: its Certificate writes it)", cfg.namespace, cfg.secret()).into());
+        };
+        let have = certs::from_external_secret(&decode(s).0)?;
+        if fence.holds() {
+            configure(cfg, client, &have.ca_cert).await?;
+        }
+        return Ok(Some(have));
+    }
     let have = secret.as_ref().and_then(|s| {
         let (data, ann) = decode(s);
         certs::from_secret(&data, &ann).ok()
@@ -457,6 +469,7 @@ mod tests {
             selector: None,
             identity: "test".into(),
             expiry: Default::default(),
+            external: false,
         }
     }
 
