@@ -127,6 +127,49 @@ fn the_webhooks_certificate_can_come_from_cert_manager() {
 }
 
 #[test]
+fn the_admin_port_serves_https_with_a_secrets_certificate_and_prometheus_trusts_it() {
+    let o = template(
+        "ruleop",
+        "ruleop-system",
+        &[
+            "monitoring.tls.secretName=metrics-tls",
+            "monitoring.serviceMonitor.enabled=true",
+        ],
+    );
+    let pod = &o["Deployment ruleop-system/ruleop"]["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let args = c["args"].as_array().unwrap();
+    assert!(args.contains(&Value::from(
+        "--admin-tls-cert=/etc/ruleop/admin-tls/tls.crt"
+    )));
+    assert!(args.contains(&Value::from(
+        "--admin-tls-key=/etc/ruleop/admin-tls/tls.key"
+    )));
+    assert_eq!(c["readinessProbe"]["httpGet"]["scheme"], "HTTPS", "{c}");
+    assert_eq!(c["livenessProbe"]["httpGet"]["scheme"], "HTTPS", "{c}");
+    let volumes = pod["volumes"].to_string();
+    assert!(
+        volumes.contains("\"secretName\":\"metrics-tls\""),
+        "{volumes}"
+    );
+    assert!(
+        volumes.contains("ruleop-rules"),
+        "the rules still mounted: {volumes}"
+    );
+    let ep = &o["ServiceMonitor ruleop-system/ruleop"]["spec"]["endpoints"][0];
+    assert_eq!(ep["scheme"], "https", "{ep}");
+    assert_eq!(
+        ep["tlsConfig"]["ca"]["secret"]["name"], "metrics-tls",
+        "{ep}"
+    );
+    // Off by default: plain HTTP probes, no TLS arguments.
+    let plain = template("ruleop", "ruleop-system", &[]);
+    let c = &plain["Deployment ruleop-system/ruleop"]["spec"]["template"]["spec"]["containers"][0];
+    assert!(c["readinessProbe"]["httpGet"]["scheme"].is_null(), "{c}");
+    assert!(!c["args"].to_string().contains("admin-tls"));
+}
+
+#[test]
 fn one_replica_gets_no_disruption_budget_to_block_a_drain() {
     let one = template("ruleop", "ruleop-system", &["replicas=1"]);
     assert!(

@@ -318,8 +318,9 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
                 }
             }
             20 => {
-                // An uninstall and a reinstall: ruleop stopped, every resource released
-                // from what the cluster holds, then ruleop back: it takes its children back.
+                // An uninstall and a reinstall: ruleop stopped, every resource released (by
+                // a replica's file; the Helm test releases from the cluster alone), then
+                // ruleop back: it takes its children back.
                 for r in &mut replicas {
                     r.kill();
                 }
@@ -330,6 +331,8 @@ async fn a_seeded_churn_of_rule_edits_resources_kills_and_failovers_loses_nothin
                         "release",
                         "--rule",
                         "churn",
+                        "--rules",
+                        replicas[0].file.to_str().unwrap(),
                         "--operator-namespace",
                         OP_NS,
                     ],

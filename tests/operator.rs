@@ -507,3 +507,85 @@ async fn a_restart_sends_nothing_for_the_resources_already_in_place() {
     );
     common::delete_namespace(&ns);
 }
+
+/// `--admin-tls-cert`/`--admin-tls-key`: metrics and probes over HTTPS with the given
+/// certificate, read again when its file changes; plain HTTP is not answered.
+#[tokio::test]
+async fn the_admin_server_serves_https_with_the_given_certificate_and_takes_a_new_one() {
+    let client = common::client().await;
+    let ns = common::namespace(&client, "admin-tls").await;
+    let dir = tempfile::tempdir().unwrap();
+    let make = |cn: &str| {
+        let out = std::process::Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+            ])
+            .args(["-nodes", "-days", "2", "-subj", &format!("/CN={cn}")])
+            .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+            .args(["-keyout", "tls.key.new", "-out", "tls.crt.new"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for f in ["tls.key", "tls.crt"] {
+            std::fs::rename(dir.path().join(format!("{f}.new")), dir.path().join(f)).unwrap();
+        }
+    };
+    make("first");
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let args = [
+        "--admin-tls-cert",
+        cert.to_str().unwrap(),
+        "--admin-tls-key",
+        key.to_str().unwrap(),
+    ];
+    let op = Operator::start(&ns, &["rules/website.yaml"], &args);
+    let addr = op.admin_addr().await;
+    let curl = |url: &str| {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sS",
+                "-v",
+                "--max-time",
+                "5",
+                "--cacert",
+                cert.to_str().unwrap(),
+                url,
+            ])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, body, err) = curl(&format!("https://{addr}/metrics"));
+    assert!(ok && body.contains("ruleop_build_info"), "{err}");
+    assert!(err.contains("CN=first"), "{err}");
+    let (ok, _, _) = curl(&format!("https://{addr}/readyz"));
+    assert!(ok, "the probes are on HTTPS too");
+    let (ok, _, _) = curl(&format!("http://{addr}/metrics"));
+    assert!(!ok, "plain HTTP is not answered");
+    // A renewed certificate (the Secret's files swapped) is served without a restart.
+    make("second");
+    eventually(
+        Duration::from_secs(90),
+        "the new certificate served",
+        || async {
+            let (ok, _, err) = curl(&format!("https://{addr}/metrics"));
+            (ok && err.contains("CN=second")).then_some(())
+        },
+    )
+    .await;
+    common::delete_namespace(&ns);
+}

@@ -87,15 +87,22 @@ async fn from_children(client: &kube::Client, args: &ReleaseArgs) -> anyhow::Res
         .iter()
         .filter_map(|(_, o)| o.metadata.uid.clone())
         .collect();
+    // (Nor one whose controller is of a kind the labelled objects are: an EndpointSlice of
+    // a Service let go before.)
+    let labelled_kinds: BTreeSet<(String, String)> = labelled
+        .iter()
+        .map(|(k, _)| (k.ar.group.clone(), k.ar.kind.clone()))
+        .collect();
     let mut kinds = BTreeSet::new();
     let mut controllers = BTreeSet::new();
     for (k, o) in &labelled {
-        let controller = o
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|r| r.controller == Some(true) && !uids.contains(&r.uid));
+        let controller = o.metadata.owner_references.iter().flatten().find(|r| {
+            let kind = (
+                crate::render::group_of(&r.api_version).to_string(),
+                r.kind.clone(),
+            );
+            r.controller == Some(true) && !uids.contains(&r.uid) && !labelled_kinds.contains(&kind)
+        });
         if let Some(c) = controller {
             let group = crate::render::group_of(&c.api_version).to_string();
             controllers.insert((group, c.kind.clone()));

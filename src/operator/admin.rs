@@ -207,6 +207,7 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     gate: Option<Arc<Gatekeeper>>,
+    tls: Option<Arc<super::webhook::serve::Current>>,
 ) -> std::io::Result<SocketAddr> {
     let mut app = Router::new();
     if serves != Serves::Status {
@@ -225,11 +226,18 @@ pub async fn serve(
     let app = app.with_state(AppState { metrics, health });
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "admin server stopped");
+    match tls {
+        Some(current) => {
+            tokio::spawn(super::admin_tls::serve(listener, app, current));
         }
-    });
+        None => {
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(error = %e, "admin server stopped");
+                }
+            });
+        }
+    }
     Ok(bound)
 }
 

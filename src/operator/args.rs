@@ -161,6 +161,13 @@ pub struct AdminArgs {
     /// probes stay open (the kubelet calls them with no token).
     #[arg(long, value_enum, default_value_t = super::metrics_auth::MetricsAuth::None)]
     pub metrics_auth: super::metrics_auth::MetricsAuth,
+    /// Serve the admin server (metrics and probes) over HTTPS with this certificate (PEM;
+    /// a mounted Secret's `tls.crt`), read again when the file changes.
+    #[arg(long, requires = "admin_tls_key")]
+    pub admin_tls_cert: Option<std::path::PathBuf>,
+    /// The key of `--admin-tls-cert` (PEM; the Secret's `tls.key`).
+    #[arg(long, requires = "admin_tls_cert")]
+    pub admin_tls_key: Option<std::path::PathBuf>,
 }
 
 /// `ruleop run`'s arguments: traces.

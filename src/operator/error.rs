@@ -20,6 +20,8 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    #[error("--admin-tls-cert/--admin-tls-key: {0}")]
+    AdminTls(String),
     #[error("cannot watch the rules files: {0}")]
     Watch(#[source] notify::Error),
     #[error("leader election: {0}")]

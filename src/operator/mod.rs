@@ -12,6 +12,7 @@
 //! Uses: everything below it. Used by: the CLI, and `rbac` (the inventory's name).
 
 pub mod admin;
+mod admin_tls;
 pub mod args;
 pub mod ca_inject;
 pub mod crds;

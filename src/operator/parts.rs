@@ -56,13 +56,24 @@ pub(super) async fn admin(
         metrics_auth::MetricsAuth::None => None,
     };
     let at = args.admin.admin_addr;
-    let addr = admin::serve(at, serves, metrics.clone(), health.clone(), gate)
+    let tls = match (&args.admin.admin_tls_cert, &args.admin.admin_tls_key) {
+        (Some(cert), Some(key)) => {
+            let files = super::admin_tls::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            };
+            Some(super::admin_tls::watch(files).map_err(RunError::AdminTls)?)
+        }
+        _ => None,
+    };
+    let https = tls.is_some();
+    let addr = admin::serve(at, serves, metrics.clone(), health.clone(), gate, tls)
         .await
         .map_err(|source| RunError::Admin { addr: at, source })?;
-    tracing::info!(%addr, "admin server listening");
+    tracing::info!(%addr, https, "admin server listening");
     if let Some(at) = args.admin.status_addr {
         let status = admin::Serves::Status;
-        let addr = admin::serve(at, status, metrics.clone(), health.clone(), None)
+        let addr = admin::serve(at, status, metrics.clone(), health.clone(), None, None)
             .await
             .map_err(|source| RunError::Admin { addr: at, source })?;
         tracing::info!(%addr, "status server listening");

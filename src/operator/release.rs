@@ -12,7 +12,7 @@ use crate::cache::tolerant::Tolerant;
 use crate::client::Fence;
 use crate::lifecycle::kinds::kinds_of;
 use crate::lifecycle::planner::{OURS, release_kinds};
-use crate::reconcile::deletion::{LetGoError, let_go};
+use crate::reconcile::deletion::{LetGoError, let_go, to_let_go};
 use crate::rules::CompiledRule;
 use crate::rules::spec::WatchSpec;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -153,13 +153,22 @@ pub async fn release_once(r: &Release) -> Result<usize, ReleaseError> {
         return Ok(0);
     }
     let uids: BTreeSet<String> = held.iter().filter_map(|o| o.uid()).collect();
+    // What `ruleop release` lets go is first written on each resource: a release that stops
+    // half way has lost no uid a reinstall needs.
+    let held = match r.every {
+        true => record_released(r, ar, held, &uids).await?,
+        false => held,
+    };
     let gone = let_orphans_go(r, &uids).await?;
     let mut n = 0;
     for o in &held {
         if !r.fence.holds() {
             return Err(ReleaseError::NotLeader);
         }
+        let uid = o.uid().unwrap_or_default();
+        let let_go_some = gone.iter().any(|(owner, _)| *owner == uid);
         let Some(patch) = let_go_patch(r, o, &gone) else {
+            n += usize::from(let_go_some);
             continue;
         };
         let ns_api: Api<Tolerant> = api(r, ar, o.namespace().as_deref());
@@ -183,6 +192,72 @@ pub async fn release_once(r: &Release) -> Result<usize, ReleaseError> {
     Ok(n)
 }
 
+/// Writes on each resource of `held` the uids of its children about to be let go (with those
+/// an earlier release wrote); the resources as they are after.
+async fn record_released(
+    r: &Release,
+    ar: &kube::discovery::ApiResource,
+    held: Vec<DynamicObject>,
+    uids: &BTreeSet<String>,
+) -> Result<Vec<DynamicObject>, ReleaseError> {
+    let kinds = release_kinds(&r.rule.kinds, &r.recorded);
+    let ns = r.namespace.as_deref();
+    let found = to_let_go(&r.client, &r.rule.name, kinds, ns, uids, true).await?;
+    let gone: Vec<(String, String)> = found
+        .iter()
+        .map(|(_, o, owner)| (owner.clone(), o.uid().unwrap_or_default()))
+        .collect();
+    let mut out = Vec::with_capacity(held.len());
+    for o in held {
+        let Some(annotations) = released_annotation(&o, &gone) else {
+            out.push(o);
+            continue;
+        };
+        let patch = json!({"metadata": {"annotations": annotations}});
+        let ns_api: Api<Tolerant> = api(r, ar, o.namespace().as_deref());
+        match ns_api
+            .patch(
+                &o.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(now) => out.push(now.0),
+            Err(source) => {
+                let e = ReleaseError::Finalizers {
+                    name: o.name_any(),
+                    source,
+                };
+                say(r, ar, &o, &e).await;
+                return Err(e);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// [`RELEASED_ANNOTATION`] of `o` with its children of `gone` added, if any is new.
+fn released_annotation(o: &DynamicObject, gone: &[(String, String)]) -> Option<serde_json::Value> {
+    let uid = o.uid().unwrap_or_default();
+    let before = o
+        .annotations()
+        .get(RELEASED_ANNOTATION)
+        .cloned()
+        .unwrap_or_default();
+    let mut all: BTreeSet<&str> = before.split(',').filter(|u| !u.is_empty()).collect();
+    let n = all.len();
+    all.extend(
+        gone.iter()
+            .filter(|(owner, _)| *owner == uid)
+            .map(|(_, c)| c.as_str()),
+    );
+    (all.len() > n).then(|| {
+        let list: Vec<&str> = all.into_iter().collect();
+        json!({RELEASED_ANNOTATION: list.join(",")})
+    })
+}
+
 /// The patch that lets resource `o` go: ruleop's finalizers off; with `every`, the uids of
 /// the children let go (`gone`: (resource uid, child uid)) kept in [`RELEASED_ANNOTATION`],
 /// with those an earlier release kept. None when there is nothing to write.
@@ -191,14 +266,9 @@ fn let_go_patch(
     o: &DynamicObject,
     gone: &[(String, String)],
 ) -> Option<serde_json::Value> {
-    let uid = o.uid().unwrap_or_default();
     let held = o.finalizers().iter().any(|f| OURS.contains(&f.as_str()));
-    let mut released: BTreeSet<&str> = gone
-        .iter()
-        .filter(|(owner, _)| *owner == uid)
-        .map(|(_, child)| child.as_str())
-        .collect();
-    if !held && (released.is_empty() || !r.every) {
+    let annotations = released_annotation(o, gone).filter(|_| r.every);
+    if !held && annotations.is_none() {
         return None;
     }
     let mut meta = json!({"resourceVersion": o.resource_version()});
@@ -210,15 +280,8 @@ fn let_go_patch(
             .collect();
         meta["finalizers"] = json!(rest);
     }
-    if r.every && !released.is_empty() {
-        let before = o
-            .annotations()
-            .get(RELEASED_ANNOTATION)
-            .cloned()
-            .unwrap_or_default();
-        released.extend(before.split(',').filter(|u| !u.is_empty()));
-        let list: Vec<&str> = released.into_iter().collect();
-        meta["annotations"] = json!({RELEASED_ANNOTATION: list.join(",")});
+    if let Some(a) = annotations {
+        meta["annotations"] = a;
     }
     Some(json!({"metadata": meta}))
 }

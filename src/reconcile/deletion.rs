@@ -16,6 +16,7 @@ use crate::lifecycle::planner::{self, Deleting, Deletion, Holding, Leaving, Then
 use crate::render::CHILD_LABEL;
 use crate::rules::spec::{DeletionPolicy, OnRemove};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -86,8 +87,33 @@ pub async fn let_go(
     owners: &BTreeSet<String>,
     every: bool,
 ) -> Result<Vec<(String, String)>, LetGoError> {
-    let selector = format!("{}={rule}", crate::render::RULE_LABEL);
+    let found = to_let_go(client, rule, kinds, namespace, owners, every).await?;
     let mut gone = Vec::new();
+    for (ar, o, owner) in &found {
+        if !fence.holds() {
+            return Err(LetGoError::NotLeader);
+        }
+        let ns = o.namespace().unwrap_or_default();
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, ar);
+        apply::orphan(&api, ar, o, owner).await?;
+        tracing::info!(rule, kind = %ar.kind, name = %o.name_any(), namespace = %ns, every, "a child let go (of a kind no watch of the rule sees)");
+        gone.push((owner.clone(), o.uid().unwrap_or_default()));
+    }
+    Ok(gone)
+}
+
+/// What [`let_go`] would let go, asked of the API server: each object with its kind and
+/// its resource's uid.
+pub async fn to_let_go(
+    client: &kube::Client,
+    rule: &str,
+    kinds: impl IntoIterator<Item = (String, String)>,
+    namespace: Option<&str>,
+    owners: &BTreeSet<String>,
+    every: bool,
+) -> Result<Vec<(ApiResource, DynamicObject, String)>, LetGoError> {
+    let selector = format!("{}={rule}", crate::render::RULE_LABEL);
+    let mut found = Vec::new();
     for (api_version, kind) in kinds {
         let version = api_version.rsplit('/').next().unwrap_or(&api_version);
         let group = crate::render::group_of(&api_version);
@@ -119,23 +145,21 @@ pub async fn let_go(
             }
             Err(e) => return Err(read(e.to_string())),
         };
-        for o in list.items.iter().filter(|o| every || apply::orphans(o)) {
-            let Some(owner) =
-                crate::cache::owners::controller_uid(o).filter(|u| owners.contains(*u))
+        for o in list
+            .items
+            .into_iter()
+            .filter(|o| every || apply::orphans(o))
+        {
+            let Some(owner) = crate::cache::owners::controller_uid(&o)
+                .filter(|u| owners.contains(*u))
+                .map(str::to_string)
             else {
                 continue;
             };
-            if !fence.holds() {
-                return Err(LetGoError::NotLeader);
-            }
-            let ns = o.namespace().unwrap_or_default();
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, ar);
-            apply::orphan(&api, ar, o, owner).await?;
-            tracing::info!(rule, kind = %kind, name = %o.name_any(), namespace = %ns, every, "a child let go (of a kind no watch of the rule sees)");
-            gone.push((owner.to_string(), o.uid().unwrap_or_default()));
+            found.push((ar.clone(), o, owner));
         }
     }
-    Ok(gone)
+    Ok(found)
 }
 
 /// Lets go the objects of `cr` that ask to be orphaned among the kinds no revision in
