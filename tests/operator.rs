@@ -516,25 +516,28 @@ async fn the_admin_server_serves_https_with_the_given_certificate_and_takes_a_ne
     let ns = common::namespace(&client, "admin-tls").await;
     let dir = tempfile::tempdir().unwrap();
     let make = |cn: &str| {
-        let out = std::process::Command::new("openssl")
-            .args([
+        let subject = format!("/CN={cn}");
+        common::openssl(
+            dir.path(),
+            &[
                 "req",
                 "-x509",
                 "-newkey",
                 "ec",
                 "-pkeyopt",
                 "ec_paramgen_curve:prime256v1",
-            ])
-            .args(["-nodes", "-days", "2", "-subj", &format!("/CN={cn}")])
-            .args(["-addext", "subjectAltName=IP:127.0.0.1"])
-            .args(["-keyout", "tls.key.new", "-out", "tls.crt.new"])
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                &subject,
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+                "-keyout",
+                "tls.key.new",
+                "-out",
+                "tls.crt.new",
+            ],
         );
         for f in ["tls.key", "tls.crt"] {
             std::fs::rename(dir.path().join(format!("{f}.new")), dir.path().join(f)).unwrap();

@@ -544,18 +544,7 @@ async fn the_webhook_serves_a_certificate_another_made_and_never_writes_it() {
     install_crds(&[RULE_CRD, "deploy/crds/websites.sre.example.com.yaml"]);
     let ns = common::namespace(&client, "rule-certs").await;
     let dir = tempfile::tempdir().unwrap();
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let openssl = |args: &[&str]| common::openssl(dir.path(), args);
     let ec = [
         "-newkey",
         "ec",

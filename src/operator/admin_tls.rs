@@ -65,17 +65,13 @@ pub fn watch(files: Files) -> Result<Arc<Current>, String> {
 
 /// Serves `app` over TLS on `listener` until the process ends.
 pub async fn serve(listener: tokio::net::TcpListener, app: Router, current: Arc<Current>) {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = match rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-    {
-        Ok(b) => b.with_no_client_auth().with_cert_resolver(current),
+    let acceptor = match super::webhook::serve::acceptor(current) {
+        Ok(a) => a,
         Err(e) => {
             tracing::error!(error = %e, "the admin server cannot serve TLS");
             return;
         }
     };
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     loop {
         let Ok((tcp, _)) = listener.accept().await else {
             continue;

@@ -731,3 +731,17 @@ pub fn metrics_reader(ns: &str, others: &[&str]) -> String {
     kubectl_ok(&["apply", "-f", "-"], Some(&list.to_string()));
     role
 }
+
+/// Runs `openssl` with `args` in `dir`; panics with its stderr when it fails.
+pub fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("running openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -71,23 +71,29 @@ pub struct Reviewer {
 /// How long a request's body may take to arrive.
 const READ_BODY: Duration = Duration::from_secs(5);
 
+/// A TLS acceptor serving what `current` holds (safe default protocol versions, ring).
+pub fn acceptor(current: Arc<Current>) -> Result<tokio_rustls::TlsAcceptor, rustls::Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(current);
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
 /// Serves until the task is dropped.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     current: Arc<Current>,
     reviewer: Arc<Reviewer>,
 ) {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = match rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-    {
-        Ok(b) => b.with_no_client_auth().with_cert_resolver(current),
+    let acceptor = match acceptor(current) {
+        Ok(a) => a,
         Err(e) => {
             tracing::error!(error = %e, "the webhook cannot serve TLS");
             return;
         }
     };
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     loop {
         let Ok((tcp, peer)) = listener.accept().await else {
             continue;
