@@ -41,7 +41,7 @@ pub enum ApplyError {
     },
 }
 
-/// The two kinds of refusal (the README's error classification table).
+/// The two kinds of refusal (the error classification table of docs/reference/status.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
     /// The object is wrong (400, 422, other 4xx, a 500 for a value of the wrong type): the

@@ -298,9 +298,7 @@ async fn sync_children(
     ctx.records.stop_writes_except(r, &rendered, &waiting);
     let released = released::of(cr);
     let mut round = children::apply_children(ctx, ns, r, released, &out.children).await;
-    if out.waiting.is_empty() {
-        released::forget_when_taken_back(ctx, cr, &round).await;
-    }
+    released::forget_taken_back(ctx, cr, &round).await;
     match prune::uncertain(ctx, out, &round) {
         None => prune::prune_children(ctx, cr, ns, &r.uid, out, &mut round).await,
         Some(why) => {

@@ -1,7 +1,7 @@
 //! Checks the API server makes of built-in kinds that their OpenAPI schemas do not say: the
 //! names it takes, an Ingress with no rules, a ConfigMap key with a slash, a selector that
 //! does not match its pod template. Offline, so that `ruleop test` and `render --strict`
-//! refuse what a real apply would. The list is in the README ("Checked as the API server
+//! refuse what a real apply would. The list is in docs/testing.md ("Checked as the API server
 //! would").
 
 use serde_json::Value;

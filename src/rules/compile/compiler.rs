@@ -7,7 +7,7 @@ use super::super::program::{ExprRef, TextRef};
 use std::path::Path;
 use std::sync::Arc;
 
-/// Variables templates see (see README, "Template context").
+/// Variables templates see (see docs/reference/rules.md, "Templates").
 pub const TEMPLATE_VARIABLES: &[&str] = &[
     "name",
     "namespace",
