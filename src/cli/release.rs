@@ -11,7 +11,7 @@ use crate::operator::inventory::{Inventory, key};
 use crate::operator::release::{Release, Subject, release_once};
 use crate::render::RULE_LABEL;
 use crate::rules::spec::WatchSpec;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject};
 use std::collections::BTreeSet;
 use std::process::ExitCode;
 
@@ -59,30 +59,12 @@ async fn find(client: &kube::Client, args: &ReleaseArgs) -> anyhow::Result<Subje
 /// The rule as its children tell it: the kinds of the objects labelled for it, and the one
 /// kind their controllers are (the kind it watched).
 async fn from_children(client: &kube::Client, args: &ReleaseArgs) -> anyhow::Result<Subject> {
-    use futures::StreamExt;
     let served = super::resolve::discover(client).await?;
-    let lp = ListParams::default().labels(&format!("{RULE_LABEL}={}", args.rule));
-    let lists = futures::stream::iter(served.iter().filter(|k| k.namespaced && k.lists()))
-        .map(|k| {
-            let api: Api<DynamicObject> = match &args.namespace {
-                Some(ns) => Api::namespaced_with(client.clone(), ns, &k.ar),
-                None => Api::all_with(client.clone(), &k.ar),
-            };
-            let lp = lp.clone();
-            async move { (k, api.list_metadata(&lp).await) }
-        })
-        .buffer_unordered(8)
-        .collect::<Vec<_>>()
-        .await;
+    let selector = format!("{RULE_LABEL}={}", args.rule);
     // (An object a labelled one controls, as a Service's EndpointSlices copy its labels, is
     // not the rule's child.)
-    let labelled: Vec<_> = lists
-        .into_iter()
-        .flat_map(|(k, list)| {
-            let items = list.map(|l| l.items).unwrap_or_default();
-            items.into_iter().map(move |o| (k, o))
-        })
-        .collect();
+    let labelled =
+        super::resolve::labelled(client, &served, args.namespace.as_deref(), &selector).await;
     let uids: BTreeSet<String> = labelled
         .iter()
         .filter_map(|(_, o)| o.metadata.uid.clone())

@@ -98,6 +98,37 @@ fn served(group: &str, version: &str, list: APIResourceList) -> Vec<Served> {
         .collect()
 }
 
+/// Every object `selector` selects among the namespaced kinds the cluster lists, in `ns` (or
+/// every namespace), with its kind. A kind the caller may not list is passed over.
+pub(super) async fn labelled<'a>(
+    client: &kube::Client,
+    served: &'a [Served],
+    ns: Option<&str>,
+    selector: &str,
+) -> Vec<(&'a Served, kube::api::DynamicObject)> {
+    use kube::api::{Api, DynamicObject, ListParams};
+    let lp = ListParams::default().labels(selector);
+    let lists = futures::stream::iter(served.iter().filter(|k| k.namespaced && k.lists()))
+        .map(|k| {
+            let api: Api<DynamicObject> = match ns {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &k.ar),
+                None => Api::all_with(client.clone(), &k.ar),
+            };
+            let lp = lp.clone();
+            async move { (k, api.list(&lp).await) }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await;
+    lists
+        .into_iter()
+        .flat_map(|(k, list)| {
+            let items = list.map(|l| l.items).unwrap_or_default();
+            items.into_iter().map(move |o| (k, o))
+        })
+        .collect()
+}
+
 /// The one kind `wanted` names among `kinds`; an error that says what to type when none
 /// or several do.
 pub(super) fn find<'a>(kinds: &'a [Served], wanted: &str) -> anyhow::Result<&'a Served> {

@@ -158,30 +158,16 @@ async fn labelled_children(
     ns: &str,
     uid: &str,
 ) -> Vec<Value> {
-    use futures::StreamExt;
-    let lp = ListParams::default().labels(RULE_LABEL);
-    let lists = futures::stream::iter(served.iter().filter(|k| k.namespaced && k.lists()))
-        .map(|k| {
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &k.ar);
-            let lp = lp.clone();
-            async move { (k, api.list(&lp).await) }
+    let labelled = super::resolve::labelled(client, served, Some(ns), RULE_LABEL).await;
+    labelled
+        .into_iter()
+        .filter(|(_, o)| controlled_by(o, uid))
+        .filter_map(|(k, o)| {
+            let mut v = serde_json::to_value(&o).ok()?;
+            v["kind"] = Value::String(k.ar.kind.clone());
+            Some(v)
         })
-        .buffer_unordered(8)
-        .collect::<Vec<_>>()
-        .await;
-    let mut out = Vec::new();
-    for (k, list) in lists {
-        for o in list.map(|l| l.items).unwrap_or_default() {
-            if !controlled_by(&o, uid) {
-                continue;
-            }
-            if let Ok(mut v) = serde_json::to_value(&o) {
-                v["kind"] = Value::String(k.ar.kind.clone());
-                out.push(v);
-            }
-        }
-    }
-    out
+        .collect()
 }
 
 fn controlled_by(o: &DynamicObject, uid: &str) -> bool {

@@ -12,7 +12,7 @@ use crate::cache::tolerant::Tolerant;
 use crate::client::Fence;
 use crate::lifecycle::kinds::kinds_of;
 use crate::lifecycle::planner::{OURS, release_kinds};
-use crate::reconcile::deletion::{LetGoError, let_go, to_let_go};
+use crate::reconcile::deletion::{LetGoError, let_go_found, to_let_go};
 use crate::rules::CompiledRule;
 use crate::rules::spec::WatchSpec;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -39,6 +39,12 @@ pub enum ReleaseError {
     LetGo(#[from] LetGoError),
     #[error("taking ruleop's finalizers off {name}: {source}")]
     Finalizers {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("recording on {name} the children about to be let go: {source}")]
+    Record {
         name: String,
         #[source]
         source: kube::Error,
@@ -155,11 +161,14 @@ pub async fn release_once(r: &Release) -> Result<usize, ReleaseError> {
     let uids: BTreeSet<String> = held.iter().filter_map(|o| o.uid()).collect();
     // What `ruleop release` lets go is first written on each resource: a release that stops
     // half way has lost no uid a reinstall needs.
+    let kinds = release_kinds(&r.rule.kinds, &r.recorded);
+    let ns = r.namespace.as_deref();
+    let found = to_let_go(&r.client, &r.rule.name, kinds, ns, &uids, r.every).await?;
     let held = match r.every {
-        true => record_released(r, ar, held, &uids).await?,
+        true => record_released(r, ar, held, &found).await?,
         false => held,
     };
-    let gone = let_orphans_go(r, &uids).await?;
+    let gone = let_go_found(&r.client, &r.fence, &r.rule.name, &found, r.every).await?;
     let mut n = 0;
     for o in &held {
         if !r.fence.holds() {
@@ -167,7 +176,7 @@ pub async fn release_once(r: &Release) -> Result<usize, ReleaseError> {
         }
         let uid = o.uid().unwrap_or_default();
         let let_go_some = gone.iter().any(|(owner, _)| *owner == uid);
-        let Some(patch) = let_go_patch(r, o, &gone) else {
+        let Some(patch) = finalizers_patch(o) else {
             n += usize::from(let_go_some);
             continue;
         };
@@ -198,11 +207,8 @@ async fn record_released(
     r: &Release,
     ar: &kube::discovery::ApiResource,
     held: Vec<DynamicObject>,
-    uids: &BTreeSet<String>,
+    found: &[(kube::discovery::ApiResource, DynamicObject, String)],
 ) -> Result<Vec<DynamicObject>, ReleaseError> {
-    let kinds = release_kinds(&r.rule.kinds, &r.recorded);
-    let ns = r.namespace.as_deref();
-    let found = to_let_go(&r.client, &r.rule.name, kinds, ns, uids, true).await?;
     let gone: Vec<(String, String)> = found
         .iter()
         .map(|(_, o, owner)| (owner.clone(), o.uid().unwrap_or_default()))
@@ -225,7 +231,7 @@ async fn record_released(
         {
             Ok(now) => out.push(now.0),
             Err(source) => {
-                let e = ReleaseError::Finalizers {
+                let e = ReleaseError::Record {
                     name: o.name_any(),
                     source,
                 };
@@ -245,7 +251,7 @@ fn released_annotation(o: &DynamicObject, gone: &[(String, String)]) -> Option<s
         .get(RELEASED_ANNOTATION)
         .cloned()
         .unwrap_or_default();
-    let mut all: BTreeSet<&str> = before.split(',').filter(|u| !u.is_empty()).collect();
+    let mut all: BTreeSet<&str> = crate::render::released_uids(&before).collect();
     let n = all.len();
     all.extend(
         gone.iter()
@@ -258,43 +264,17 @@ fn released_annotation(o: &DynamicObject, gone: &[(String, String)]) -> Option<s
     })
 }
 
-/// The patch that lets resource `o` go: ruleop's finalizers off; with `every`, the uids of
-/// the children let go (`gone`: (resource uid, child uid)) kept in [`RELEASED_ANNOTATION`],
-/// with those an earlier release kept. None when there is nothing to write.
-fn let_go_patch(
-    r: &Release,
-    o: &DynamicObject,
-    gone: &[(String, String)],
-) -> Option<serde_json::Value> {
-    let held = o.finalizers().iter().any(|f| OURS.contains(&f.as_str()));
-    let annotations = released_annotation(o, gone).filter(|_| r.every);
-    if !held && annotations.is_none() {
+/// The patch that takes ruleop's finalizers off resource `o`; None when it holds none.
+fn finalizers_patch(o: &DynamicObject) -> Option<serde_json::Value> {
+    if !o.finalizers().iter().any(|f| OURS.contains(&f.as_str())) {
         return None;
     }
-    let mut meta = json!({"resourceVersion": o.resource_version()});
-    if held {
-        let rest: Vec<&String> = o
-            .finalizers()
-            .iter()
-            .filter(|f| !OURS.contains(&f.as_str()))
-            .collect();
-        meta["finalizers"] = json!(rest);
-    }
-    if let Some(a) = annotations {
-        meta["annotations"] = a;
-    }
-    Some(json!({"metadata": meta}))
-}
-
-/// Lets go every object of the rule's child kinds (and of those its inventory records)
-/// that asks to be orphaned and whose controller is one of `uids`.
-async fn let_orphans_go(
-    r: &Release,
-    uids: &BTreeSet<String>,
-) -> Result<Vec<(String, String)>, ReleaseError> {
-    let kinds = release_kinds(&r.rule.kinds, &r.recorded);
-    let ns = r.namespace.as_deref();
-    Ok(let_go(&r.client, &r.fence, &r.rule.name, kinds, ns, uids, r.every).await?)
+    let rest: Vec<&String> = o
+        .finalizers()
+        .iter()
+        .filter(|f| !OURS.contains(&f.as_str()))
+        .collect();
+    Some(json!({"metadata": {"finalizers": rest, "resourceVersion": o.resource_version()}}))
 }
 
 /// A Warning Event on the resource: why its finalizers stay.

@@ -88,8 +88,20 @@ pub async fn let_go(
     every: bool,
 ) -> Result<Vec<(String, String)>, LetGoError> {
     let found = to_let_go(client, rule, kinds, namespace, owners, every).await?;
+    let_go_found(client, fence, rule, &found, every).await
+}
+
+/// Lets go the objects [`to_let_go`] found; those let go, as (their resource's uid, their
+/// uid).
+pub async fn let_go_found(
+    client: &kube::Client,
+    fence: &crate::client::Fence,
+    rule: &str,
+    found: &[(ApiResource, DynamicObject, String)],
+    every: bool,
+) -> Result<Vec<(String, String)>, LetGoError> {
     let mut gone = Vec::new();
-    for (ar, o, owner) in &found {
+    for (ar, o, owner) in found {
         if !fence.holds() {
             return Err(LetGoError::NotLeader);
         }

@@ -16,9 +16,7 @@ pub fn of(cr: &DynamicObject) -> Arc<[String]> {
     cr.annotations()
         .get(RELEASED_ANNOTATION)
         .map(|v| {
-            v.split(',')
-                .map(str::trim)
-                .filter(|u| !u.is_empty())
+            crate::render::released_uids(v)
                 .map(str::to_string)
                 .collect()
         })

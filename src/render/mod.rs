@@ -28,7 +28,7 @@ pub use existing::{Lookup, find_existing, lookups, with_found};
 pub use graph::{Plan, Waiting, render_applied, render_with};
 pub use model::{
     CHILD_LABEL, FIELD_MANAGER, HASH_ANNOTATION, Item, ON_REMOVE_ANNOTATION, RELEASED_ANNOTATION,
-    RULE_LABEL, RenderError, Rendered, group_of,
+    RULE_LABEL, RenderError, Rendered, group_of, released_uids,
 };
 pub use normalize::normalize;
 pub use object::{hash_of, render_child};

@@ -16,6 +16,11 @@ pub const HASH_ANNOTATION: &str = "ruleop.dev/applied-hash";
 /// (comma-separated), which ruleop, serving it again, takes back as this resource's (and
 /// then removes the annotation).
 pub const RELEASED_ANNOTATION: &str = "ruleop.dev/released-children";
+
+/// The uids a [`RELEASED_ANNOTATION`] value names.
+pub fn released_uids(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim).filter(|u| !u.is_empty())
+}
 /// The field manager of every write ruleop makes.
 pub const FIELD_MANAGER: &str = "ruleop";
 
