@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test test-unit test-long fuzz bench bench-scale profile cluster cluster-down lint build check-rules docs
+.PHONY: run test test-unit test-long fuzz bench bench-scale profile cluster cluster-down lint build check-rules docs release
 
 FUZZ_SECONDS ?= 180
 N ?= 1000
@@ -44,6 +44,12 @@ check-rules:
 ## the cache); `tests/docs.rs` checks its YAML examples and links.
 docs:
 	docs/build.sh
+
+## release: the release artifacts of Cargo.toml's version in target/dist/<version>/: the binary,
+## the image (an OCI archive), the packaged chart, the SBOM (CycloneDX), the release notes and
+## SHA256SUMS (see docs/operating/install.md).
+release:
+	release/build.sh
 
 ## test-long: the fault tests at full size (1000 resources through the outage, 2 minutes of steady state)
 ## the churn test at full size (2000 steps, a minute of quiet after), and the conversion latency of 1,000-object lists.

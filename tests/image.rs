@@ -1,18 +1,25 @@
-//! ruleop's image, run under a container engine against a control plane of its own. No base
-//! image can be pulled here, so the image is assembled from local files: the binary cargo
-//! built and the libraries it links, a `nonroot` user 65532, and the Dockerfile's own
-//! `USER`, `ENTRYPOINT` and `CMD` (read from it: the two cannot drift). It runs as deploy/'s
-//! Deployment runs it: read-only root, user 65532, no capability, no privilege escalation,
-//! deploy/'s arguments, the in-cluster config from a token of deploy/'s ServiceAccount and
-//! RBAC, the rules mounted read-only. Then: the probes answer, it leads, a WebSite gets
-//! Ready, the API server reaches its webhook through the Service `ruleop-webhook` by name and
-//! is refused a broken Rule, and a second container takes over when the first is killed.
+//! The release (`make release`, release/build.sh) and its image run under a container engine
+//! against a control plane of its own.
+//!
+//! - The artifacts: the binary's tarball, the image as an OCI archive, the packaged chart, the
+//!   CycloneDX SBOM (the crates Cargo.lock pins), the CHANGELOG's section and SHA256SUMS of
+//!   them all (`sha256sum -c`). The release packages the binary cargo built for the tests.
+//! - The image: no base image can be pulled here, so release/image.sh assembles it from local
+//!   files (the binary, the libraries it links, a `nonroot` user 65532, the Dockerfile's own
+//!   `USER`, `ENTRYPOINT` and `CMD`). The archive is loaded into the engine and runs as the
+//!   packaged chart, installed with Helm, runs it: read-only root, user 65532, no capability,
+//!   no privilege escalation, the chart's arguments and rules, the in-cluster config from a
+//!   token of the chart's ServiceAccount and RBAC. Then: the probes answer, it leads, a
+//!   WebSite gets Ready, the API server reaches its webhook through the Service
+//!   `ruleop-webhook` by name and is refused a broken Rule, and a second container takes over
+//!   when the first is killed.
 //!
 //! `make test` starts the engine (tests/tools/engine.sh: Debian's docker.io when the machine
-//! has none); where none can run, the test says so and checks nothing.
+//! has none); where none can run, the image's test says so and checks nothing.
 
 mod common;
 
+use common::chart::helm;
 use common::{Cluster, eventually, kubectl_at};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -66,96 +73,213 @@ fn no_engine() -> Option<String> {
     }
 }
 
-/// The Dockerfile's final stage: its `USER`, `ENTRYPOINT` and `CMD` lines, as `docker
-/// import --change` takes them.
-fn runtime_stage() -> Vec<String> {
-    let dockerfile = std::fs::read_to_string(format!("{ROOT}/Dockerfile")).unwrap();
-    let last = dockerfile.rsplit("\nFROM ").next().unwrap();
-    let changes: Vec<String> = last
-        .lines()
-        .map(str::trim)
-        .filter(|l| {
-            ["USER ", "ENTRYPOINT ", "CMD "]
-                .iter()
-                .any(|p| l.starts_with(p))
-        })
-        .map(str::to_string)
-        .collect();
-    assert_eq!(changes.len(), 3, "USER, ENTRYPOINT and CMD in {last}");
-    changes
+/// The release artifacts (`make release`'s release/build.sh, packaging the binary cargo
+/// built for these tests), made once per run of this file.
+fn artifacts() -> &'static Path {
+    static DIST: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIST.get_or_init(|| {
+        let dist = tempfile::tempdir().unwrap();
+        let out = Command::new(format!("{ROOT}/release/build.sh"))
+            .env("RULEOP_RELEASE_BINARY", env!("CARGO_BIN_EXE_ruleop"))
+            .env("RULEOP_DIST", dist.path())
+            .output()
+            .expect("release/build.sh");
+        assert!(
+            out.status.success(),
+            "release/build.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dist
+    })
+    .path()
 }
 
-/// The libraries `bin` links (by `ldd`), with the dynamic loader.
-fn libraries(bin: &str) -> Vec<String> {
-    let out = Command::new("ldd").arg(bin).output().expect("ldd");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            l.split_whitespace()
-                .find(|w| w.starts_with('/'))
-                .map(str::to_string)
-        })
-        .collect()
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The version Cargo.lock pins `krate` at (its `[[package]]` of that name).
+fn locked(krate: &str) -> String {
+    let lock = std::fs::read_to_string(format!("{ROOT}/Cargo.lock")).unwrap();
+    let name = format!("name = \"{krate}\"\n");
+    lock.split("[[package]]\n")
+        .find(|p| p.starts_with(&name))
+        .and_then(|p| p.lines().find_map(|l| l.strip_prefix("version = \"")))
+        .map(|v| v.trim_end_matches('"').to_string())
+        .unwrap_or_else(|| panic!("{krate} in Cargo.lock"))
 }
 
-/// Imports the image `tag`: the binary at the Dockerfile's path, its libraries, /etc/passwd
-/// and /etc/group with `nonroot` (65532) as distroless has it, /tmp; nothing else.
-fn assemble(tag: &str) {
-    let bin = env!("CARGO_BIN_EXE_ruleop");
-    let root = tempfile::tempdir().unwrap();
-    let r = root.path();
-    let put = |path: &str, from: &str| {
-        let to = r.join(path.trim_start_matches('/'));
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        std::fs::copy(from, &to).unwrap_or_else(|e| panic!("{from}: {e}"));
-    };
-    put("/usr/local/bin/ruleop", bin);
-    for lib in libraries(bin) {
-        put(&lib, &lib);
-    }
-    std::fs::create_dir_all(r.join("etc")).unwrap();
-    std::fs::create_dir_all(r.join("tmp")).unwrap();
-    std::fs::create_dir_all(r.join("home/nonroot")).unwrap();
-    std::fs::write(
-        r.join("etc/passwd"),
-        "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
-    )
-    .unwrap();
-    std::fs::write(r.join("etc/group"), "root:x:0:\nnonroot:x:65532:\n").unwrap();
-    let mut import = vec!["import".to_string()];
-    for c in runtime_stage() {
-        import.push("--change".into());
-        import.push(c);
-    }
-    import.extend(["-".to_string(), tag.to_string()]);
-    let mut tar = Command::new("tar")
-        .args(["-C", r.to_str().unwrap(), "-c", "."])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = Command::new("docker")
-        .args(&import)
-        .stdin(tar.stdout.take().unwrap())
+/// `tar` with `args` in `dir`: its stdout.
+fn tar(dir: &Path, args: &[&str]) -> Vec<u8> {
+    let out = Command::new("tar")
+        .args(args)
+        .current_dir(dir)
         .output()
         .unwrap();
-    assert!(tar.wait().unwrap().success(), "tar of the image's files");
     assert!(
         out.status.success(),
-        "docker import: {}",
+        "tar {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+#[test]
+fn make_release_writes_the_binary_image_chart_sbom_notes_and_their_checksums() {
+    let dist = artifacts();
+    let files = [
+        format!("ruleop-{VERSION}-linux-amd64.tar.gz"),
+        format!("ruleop-{VERSION}.oci.tar"),
+        format!("ruleop-{VERSION}.tgz"),
+        format!("ruleop-{VERSION}.cdx.json"),
+        "RELEASE_NOTES.md".to_string(),
+    ];
+    let sums = std::fs::read_to_string(dist.join("SHA256SUMS")).unwrap();
+    let mut listed: Vec<&str> = sums
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    listed.sort();
+    let mut want: Vec<&str> = files.iter().map(String::as_str).collect();
+    want.sort();
+    assert_eq!(listed, want, "SHA256SUMS names every artifact");
+    let check = Command::new("sha256sum")
+        .args(["-c", "SHA256SUMS"])
+        .current_dir(dist)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+
+    let notes = std::fs::read_to_string(dist.join("RELEASE_NOTES.md")).unwrap();
+    assert!(notes.starts_with(&format!("## {VERSION} ")), "{notes:.200}");
+    assert!(
+        !notes.contains("\n## "),
+        "one version's section: {notes:.400}"
+    );
+
+    let sbom: Value = serde_json::from_str(
+        &std::fs::read_to_string(dist.join(format!("ruleop-{VERSION}.cdx.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(sbom["bomFormat"], "CycloneDX");
+    assert_eq!(sbom["metadata"]["component"]["name"], "ruleop");
+    assert_eq!(sbom["metadata"]["component"]["version"], VERSION);
+    for krate in ["kube", "tokio", "minijinja"] {
+        let version = locked(krate);
+        let found = sbom["components"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == krate && c["version"] == version.as_str());
+        assert!(
+            found,
+            "the SBOM lists {krate} {version}, as Cargo.lock pins it"
+        );
+    }
+
+    let listing = String::from_utf8(tar(dist, &["-tzf", &files[0]])).unwrap();
+    let binary = format!("ruleop-{VERSION}/ruleop");
+    assert!(listing.lines().any(|l| l == binary), "{listing}");
+
+    let chart = helm(
+        &["show", "chart", dist.join(&files[2]).to_str().unwrap()],
+        None,
+    );
+    let chart: Value = serde_yaml::from_str(&chart).unwrap();
+    assert_eq!(
+        chart["appVersion"], VERSION,
+        "the chart's image is this release's"
+    );
+
+    // The image archive is an OCI image layout naming ruleop:<version>.
+    let layout: Value =
+        serde_json::from_slice(&tar(dist, &["-xOf", &files[1], "oci-layout"])).unwrap();
+    assert_eq!(layout["imageLayoutVersion"], "1.0.0");
+    let index: Value =
+        serde_json::from_slice(&tar(dist, &["-xOf", &files[1], "index.json"])).unwrap();
+    let annotations = &index["manifests"][0]["annotations"];
+    assert_eq!(annotations["org.opencontainers.image.ref.name"], VERSION);
+    assert_eq!(
+        annotations["io.containerd.image.name"],
+        format!("docker.io/library/ruleop:{VERSION}")
     );
 }
 
-/// deploy/'s Deployment: its container's arguments and securityContext.
-fn deployment() -> Value {
-    let text = std::fs::read_to_string(format!("{ROOT}/deploy/operator.yaml")).unwrap();
-    let doc = text.split("\n---\n").next().unwrap();
-    let d: Value = serde_yaml::from_str(doc).unwrap();
-    assert_eq!(d["kind"], "Deployment");
-    d
+/// The Dockerfile's final stage: its `USER`, `ENTRYPOINT` and `CMD`, as an image's config
+/// holds them.
+fn runtime_stage() -> Value {
+    let dockerfile = std::fs::read_to_string(format!("{ROOT}/Dockerfile")).unwrap();
+    let last = dockerfile.rsplit("\nFROM ").next().unwrap();
+    let line = |p: &str| {
+        last.lines()
+            .find_map(|l| l.trim().strip_prefix(p))
+            .unwrap_or_else(|| panic!("{p} in {last}"))
+            .trim()
+            .to_string()
+    };
+    json!({
+        "User": line("USER "),
+        "Entrypoint": serde_json::from_str::<Value>(&line("ENTRYPOINT ")).unwrap(),
+        "Cmd": serde_json::from_str::<Value>(&line("CMD ")).unwrap(),
+    })
 }
 
-/// The ServiceAccount's files as a pod mounts them: a token of deploy/'s account, the
+/// Loads the release's image archive into the engine; gives its name.
+fn load_image() -> String {
+    let archive = artifacts().join(format!("ruleop-{VERSION}.oci.tar"));
+    let (ok, out) = docker(&["load", "-i", archive.to_str().unwrap()]);
+    assert!(ok, "docker load: {out}");
+    let image = format!("ruleop:{VERSION}");
+    let (ok, config) = docker(&["image", "inspect", &image, "--format", "{{json .Config}}"]);
+    assert!(ok, "{config}");
+    let config: Value = serde_json::from_str(config.trim()).unwrap();
+    let want = runtime_stage();
+    for k in ["User", "Entrypoint", "Cmd"] {
+        assert_eq!(config[k], want[k], "the image's {k} is the Dockerfile's");
+    }
+    assert_eq!(
+        config["Labels"]["org.opencontainers.image.version"],
+        VERSION
+    );
+    image
+}
+
+/// The chart's Deployment as installed.
+fn deployment(c: &Cluster) -> Value {
+    let text = c.kubectl(
+        &["get", "deployment", "ruleop", "-n", NS, "-o", "json"],
+        None,
+    );
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The rules of the chart's ConfigMap, as files in `dir` (readable by user 65532).
+fn rules_files(c: &Cluster, dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let text = c.kubectl(
+        &["get", "configmap", "ruleop-rules", "-n", NS, "-o", "json"],
+        None,
+    );
+    let cm: Value = serde_json::from_str(&text).unwrap();
+    for (name, text) in cm["data"].as_object().unwrap() {
+        std::fs::write(dir.join(name), text.as_str().unwrap()).unwrap();
+    }
+    readable(dir);
+}
+
+/// `dir` and its files readable by anyone, as a projected volume's are.
+fn readable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The ServiceAccount's files as a pod mounts them: a token of the chart's account, the
 /// cluster's CA, the namespace.
 fn service_account_files(c: &Cluster, dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
@@ -197,7 +321,8 @@ fn api_port(c: &Cluster) -> String {
         .to_string()
 }
 
-/// One container of the image, as deploy/ runs it, on ports of its own (host network).
+/// One container of the image, as the chart's Deployment runs it, on ports of its own (host
+/// network).
 struct Container {
     name: String,
     admin: u16,
@@ -205,8 +330,8 @@ struct Container {
 }
 
 impl Container {
-    fn start(c: &Cluster, image: &str, pod: &str, sa: &Path) -> Container {
-        let d = deployment();
+    fn start(c: &Cluster, image: &str, pod: &str, files: &Path) -> Container {
+        let d = deployment(c);
         let spec = &d["spec"]["template"]["spec"];
         let container = &spec["containers"][0];
         let (admin, webhook) = (common::free_port(), common::free_port());
@@ -247,10 +372,10 @@ impl Container {
             "-v",
             &format!(
                 "{}:/var/run/secrets/kubernetes.io/serviceaccount:ro",
-                sa.display()
+                files.join("serviceaccount").display()
             ),
             "-v",
-            &format!("{ROOT}/rules:/etc/ruleop/rules:ro"),
+            &format!("{}:/etc/ruleop/rules:ro", files.join("rules").display()),
             "-e",
             "KUBERNETES_SERVICE_HOST=127.0.0.1",
             "-e",
@@ -295,7 +420,7 @@ impl Drop for Container {
     }
 }
 
-/// The Service `ruleop-webhook` of deploy/, its endpoint this container's webhook port on
+/// The chart's Service `ruleop-webhook`, its endpoint this container's webhook port on
 /// the host's address (no kube-proxy here: the API server routes to endpoints).
 fn route_webhook_to(c: &Cluster, to: &Container) {
     let endpoints = json!({
@@ -343,39 +468,60 @@ async fn holder(c: &Cluster, pod: &str) {
 }
 
 #[tokio::test]
-async fn the_image_runs_as_deploy_runs_it_leads_serves_the_webhook_and_fails_over() {
+async fn the_released_image_runs_as_the_packaged_chart_runs_it_leads_serves_the_webhook_and_fails_over()
+ {
     if let Some(why) = no_engine() {
         eprintln!("image test skipped: {why}");
         return;
     }
-    let image = "ruleop:image-test";
-    assemble(image);
+    let image = load_image();
+    let image = image.as_str();
     let c = Cluster::start_with_env(&[(
         "RULEOP_APISERVER_EXTRA_ARGS",
         "--enable-aggregator-routing=true",
     )]);
-    for f in [
-        "crds/rules.ruleop.dev.yaml",
-        "crds/websites.sre.example.com.yaml",
-        "crds/myapps.myscheme.example.com.yaml",
-        "namespace.yaml",
-        "serviceaccount.yaml",
-        "rbac.yaml",
-        "webhook.yaml",
-    ] {
-        c.kubectl(&["apply", "-f", &format!("{ROOT}/deploy/{f}")], None);
-    }
-    c.wait_established(&["rules.ruleop.dev", "websites.sre.example.com"]);
-    // deploy/'s webhook Service, with no selector: its endpoint is set by hand below.
-    c.kubectl(
-        &["apply", "-f", "-"],
-        Some(&json!({"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "ruleop-webhook", "namespace": NS},
-            "spec": {"ports": [{"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]}}).to_string()),
+    let chart = artifacts().join(format!("ruleop-{VERSION}.tgz"));
+    let kc = c.kubeconfig.clone();
+    helm(
+        &[
+            "install",
+            "ruleop",
+            chart.to_str().unwrap(),
+            "-n",
+            NS,
+            "--create-namespace",
+        ],
+        Some(&kc),
     );
-    let sa_dir = tempfile::tempdir().unwrap();
-    let sa = sa_dir.path().join("serviceaccount");
-    service_account_files(&c, &sa);
+    c.wait_established(&["rules.ruleop.dev", "websites.sre.example.com"]);
+    let d = deployment(&c);
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"], image,
+        "the packaged chart runs this release's image"
+    );
+    // The containers below are the chart's pods: its Deployment stands at 0, and its webhook
+    // Service, with no selector, routes to the container set by hand below.
+    c.kubectl(
+        &["scale", "deployment", "ruleop", "-n", NS, "--replicas=0"],
+        None,
+    );
+    c.kubectl(
+        &[
+            "patch",
+            "service",
+            "ruleop-webhook",
+            "-n",
+            NS,
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/spec/selector"}]"#,
+        ],
+        None,
+    );
+    let files = tempfile::tempdir().unwrap();
+    service_account_files(&c, &files.path().join("serviceaccount"));
+    rules_files(&c, &files.path().join("rules"));
+    let sa = files.path();
 
     let a = Container::start(&c, image, "ruleop-a", &sa);
     eventually(T, "the probes answer", || async {
