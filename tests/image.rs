@@ -523,7 +523,7 @@ async fn the_released_image_runs_as_the_packaged_chart_runs_it_leads_serves_the_
     rules_files(&c, &files.path().join("rules"));
     let sa = files.path();
 
-    let a = Container::start(&c, image, "ruleop-a", &sa);
+    let a = Container::start(&c, image, "ruleop-a", sa);
     eventually(T, "the probes answer", || async {
         (a.probe("/livez") == 200 && a.probe("/readyz") == 200).then_some(())
     })
@@ -564,7 +564,7 @@ async fn the_released_image_runs_as_the_packaged_chart_runs_it_leads_serves_the_
     );
 
     // A standby, then the leader killed: the standby leads and serves.
-    let b = Container::start(&c, image, "ruleop-b", &sa);
+    let b = Container::start(&c, image, "ruleop-b", sa);
     eventually(T, "the standby's probes answer", || async {
         (b.probe("/livez") == 200).then_some(())
     })
