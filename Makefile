@@ -8,6 +8,7 @@ FUZZ_SECONDS ?= 180
 N ?= 1000
 STEADY ?= 60
 SCALE ?= 1000,3000,10000
+K8S_COMPAT ?= v1.34.4
 
 ## run: local control plane up, CRDs installed, the operator in the foreground with the
 ## shipped rules, and the examples applied.
@@ -52,9 +53,11 @@ release:
 	release/build.sh
 
 ## test-long: the fault tests at full size (1000 resources through the outage, 2 minutes of steady state)
-## the churn test at full size (2000 steps, a minute of quiet after), and the conversion latency of 1,000-object lists.
+## the churn test at full size (2000 steps, a minute of quiet after), and the conversion latency of 1,000-object lists;
+## then every suite again on an older Kubernetes (K8S_COMPAT, built once from modules: docs/operating/releases.md).
 test-long:
 	RULEOP_FAULT_N=1000 RULEOP_CONVERSION_N=1000 RULEOP_STEADY_SECONDS=120 RULEOP_CHURN_STEPS=2000 RULEOP_CHURN_QUIET_SECONDS=60 tests/run.sh
+	tests/compat.sh $(K8S_COMPAT)
 
 ## fuzz: each cargo-fuzz target for FUZZ_SECONDS (needs the nightly toolchain and cargo-fuzz). New inputs go to
 ## fuzz/work/ (ignored); the committed seed corpus in fuzz/corpus/ stays small.

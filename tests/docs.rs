@@ -303,6 +303,15 @@ fn every_relative_link_in_the_manual_leads_somewhere() {
                     bad.push(format!("{name}:{line}: {target}: no such file"));
                     continue;
                 }
+                let docs = Path::new(ROOT).join("docs").canonicalize().unwrap();
+                let inside = |p: &Path| p.canonicalize().unwrap().starts_with(&docs);
+                if inside(&page) && !inside(&file) {
+                    bad.push(format!(
+                        "{name}:{line}: {target}: leaves docs/, so the built site has no such page: name the file as code (`{}`) instead",
+                        path.trim_start_matches("../")
+                    ));
+                    continue;
+                }
                 if anchor.is_empty() || file.extension().is_none_or(|e| e != "md") {
                     continue;
                 }

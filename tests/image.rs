@@ -587,14 +587,20 @@ async fn the_released_image_runs_as_the_packaged_chart_runs_it_leads_serves_the_
     );
     website_replicas(&c, "front", 3).await;
     route_webhook_to(&c, &b);
-    let (ok, _, err) = kubectl_at(
-        &c.kubeconfig,
-        &["apply", "--dry-run=server", "-f", "-"],
-        Some(&text),
-    );
+    // (The API server follows the Service's new endpoint within moments; until then the
+    // webhook's `Ignore` lets the Rule through.)
+    let refusal = eventually(T, "the standby's webhook refuses a broken Rule", || async {
+        let (ok, _, err) = kubectl_at(
+            &c.kubeconfig,
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(&text),
+        );
+        (!ok).then_some(err)
+    })
+    .await;
     assert!(
-        !ok && err.contains("denied the request"),
-        "the standby's webhook: {err}\n{}",
+        refusal.contains("denied the request"),
+        "the standby's webhook: {refusal}\n{}",
         b.logs()
     );
     let logs = b.logs();

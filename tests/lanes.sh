@@ -24,7 +24,7 @@ mkdir -p "$logs"
 offline="lib main cli formats layout kstatus monitoring ruletest refs dockerfile conversion chart docs"
 alone="origin production operator"
 heavy_a="rollout churn_rules helm identity guard budget"
-heavy_b="churn faults leadership image security"
+heavy_b="churn faults leadership image security requests"
 
 # name=path of each test executable, as cargo lists them.
 declare -A exe=()

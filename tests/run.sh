@@ -26,6 +26,14 @@ if ! { [ -f "$kubeconfig" ] && kubectl --kubeconfig "$kubeconfig" get --raw /rea
   tests/cluster/up.sh
   started=1
 fi
+# A K8S_VERSION asked for (tests/compat.sh) is the version of the cluster the tests meet.
+if [ -n "${K8S_VERSION:-}" ]; then
+  serving="$(kubectl --kubeconfig "$kubeconfig" version -o json 2>/dev/null | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -1)"
+  if [ "$serving" != "$K8S_VERSION" ]; then
+    echo "make test: the cluster up in target/cluster serves Kubernetes $serving, not K8S_VERSION=$K8S_VERSION: stop it first (make cluster-down)" >&2
+    exit 1
+  fi
+fi
 # The container engine the image test needs (installed and started when the machine has
 # none; stopped after if started here).
 engine="$(tests/tools/engine.sh start)"

@@ -127,11 +127,23 @@ fn may_take(holder: &str, me: &str, since: Instant, duration: Duration) -> bool 
     holder.is_empty() || holder == me || since.elapsed() >= duration
 }
 
+/// One attempt to acquire or renew. A leader renews from the Lease it last wrote, with no
+/// read (client-go's fast path): one request a retry period in steady state. Only when that
+/// write is refused (another wrote the Lease since) or there is none does it read the Lease.
 async fn attempt(
     api: &Api<Lease>,
     cfg: &LeaseConfig,
     observed: &mut Option<Observed>,
+    held: &mut Option<Lease>,
 ) -> Result<Attempt, kube::Error> {
+    if let Some(mut lease) = held.take() {
+        lease.spec = Some(next_spec(lease.spec.as_ref(), cfg));
+        match api.replace(&cfg.name, &PostParams::default(), &lease).await {
+            Ok(written) => return Ok(wrote(written, observed, held)),
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
     let Some(mut lease) = api.get_opt(&cfg.name).await? else {
         let lease = Lease {
             metadata: ObjectMeta {
@@ -141,7 +153,7 @@ async fn attempt(
             spec: Some(next_spec(None, cfg)),
         };
         return match api.create(&PostParams::default(), &lease).await {
-            Ok(_) => Ok(Attempt::Holding),
+            Ok(written) => Ok(wrote(written, observed, held)),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::HeldByOther),
             Err(e) => Err(e),
         };
@@ -169,11 +181,25 @@ async fn attempt(
     }
     lease.spec = Some(next_spec(lease.spec.as_ref(), cfg));
     match api.replace(&cfg.name, &PostParams::default(), &lease).await {
-        Ok(_) => Ok(Attempt::Holding),
+        Ok(written) => Ok(wrote(written, observed, held)),
         // Someone else wrote it first (the resourceVersion moved): not ours.
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::HeldByOther),
         Err(e) => Err(e),
     }
+}
+
+/// The Lease as this replica wrote it: the next renewal starts from it.
+fn wrote(written: Lease, observed: &mut Option<Observed>, held: &mut Option<Lease>) -> Attempt {
+    *observed = Some(Observed {
+        resource_version: written
+            .metadata
+            .resource_version
+            .clone()
+            .unwrap_or_default(),
+        since: Instant::now(),
+    });
+    *held = Some(written);
+    Attempt::Holding
 }
 
 impl Election {
@@ -248,6 +274,7 @@ async fn campaign(
 ) {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let mut observed = None;
+    let mut held = None;
     let mut leading = false;
     loop {
         let started = Instant::now();
@@ -258,7 +285,8 @@ async fn campaign(
                 .max(Duration::from_millis(100)),
             None => cfg.renew_deadline,
         };
-        let result = tokio::time::timeout(limit, attempt(&api, &cfg, &mut observed)).await;
+        let result =
+            tokio::time::timeout(limit, attempt(&api, &cfg, &mut observed, &mut held)).await;
         match result {
             Ok(Ok(Attempt::Holding)) => {
                 fence.set(Some(started + cfg.renew_deadline));
