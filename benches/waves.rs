@@ -45,6 +45,8 @@ mod prom;
 mod scale;
 #[path = "waves/seen.rs"]
 mod seen;
+#[path = "waves/stats.rs"]
+mod stats;
 #[path = "waves/systems.rs"]
 mod systems;
 
@@ -81,6 +83,17 @@ struct Figures {
     idle_cpu_seconds: Option<f64>,
     /// RSS at the end of the run (after the steady window): what stays, against the peak.
     end_rss_mib: Option<f64>,
+    /// Requests per WebSite in each wave, reads too, by "VERB resource" (the client's own
+    /// creates and patches of the WebSites aside).
+    requests_per_cr_create: BTreeMap<String, f64>,
+    requests_per_cr_update: BTreeMap<String, f64>,
+    /// ruleop's mean milliseconds per reconcile by stage, and how many (both waves).
+    stage_ms: BTreeMap<String, (f64, f64)>,
+    /// The round of this run (0 for the first).
+    round: usize,
+    /// Over the rounds: the ratios' median and 90 % interval.
+    create_ratio_interval: Option<stats::Interval>,
+    update_ratio_interval: Option<stats::Interval>,
     note: String,
 }
 
@@ -192,6 +205,12 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
     let m1 = api_metrics(&c).await;
     let w1 = writes(&m1);
     let (cw, _) = delta(&w0, &w1, &[("websites", "", "POST", n as f64)]);
+    let requests_per_cr_create = per_cr(
+        &requests(&m0),
+        &requests(&m1),
+        n,
+        &[("POST websites", n as f64)],
+    );
     if profile.is_some() {
         for ((what, p), before) in watched_pids.iter().zip(&cpu0) {
             if let (Some(a), (_, Some(b))) = (before, proc_figures(*p)) {
@@ -239,8 +258,21 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
         .collect::<Vec<_>>()
         .await;
     let update_seconds = wait_converged(&seen, n, "nginx:2", 2, t0).await?;
-    let w2 = writes(&api_metrics(&c).await);
+    let m2 = api_metrics(&c).await;
+    let w2 = writes(&m2);
     let (uw, _) = delta(&w1, &w2, &[("websites", "", "PATCH", n as f64)]);
+    let requests_per_cr_update = per_cr(
+        &requests(&m1),
+        &requests(&m2),
+        n,
+        &[("PATCH websites", n as f64)],
+    );
+
+    let stage_ms = if system.starts_with("ruleop") {
+        stage_means(&admin_metrics())
+    } else {
+        BTreeMap::new()
+    };
 
     // Steady state.
     tokio::time::sleep(Duration::from_secs(steady)).await;
@@ -275,6 +307,9 @@ async fn run_system(system: &str, n: usize, steady: u64) -> Result<Figures, Stri
         idle_rss_mib,
         idle_cpu_seconds,
         end_rss_mib,
+        requests_per_cr_create,
+        requests_per_cr_update,
+        stage_ms,
         ..Default::default()
     })
 }
@@ -370,8 +405,10 @@ async fn main() {
             };
             f.create_ratio_to_floor = Some(f.create_seconds / create);
             f.update_ratio_to_floor = Some(f.update_seconds / update);
+            f.round = round;
             runs.entry(f.system.clone()).or_default().push(f);
             if let Some(mut b) = after {
+                b.round = round;
                 b.create_ratio_to_floor = Some(1.0);
                 b.update_ratio_to_floor = Some(1.0);
                 runs.entry("floor".into()).or_default().push(b.clone());
@@ -410,6 +447,8 @@ async fn main() {
         let ratios: Vec<f64> = rs.iter().filter_map(|r| r.create_ratio_to_floor).collect();
         f.create_ratio_to_floor = (!ratios.is_empty()).then(|| median(ratios.clone()));
         let up: Vec<f64> = rs.iter().filter_map(|r| r.update_ratio_to_floor).collect();
+        f.create_ratio_interval = stats::interval(&ratios);
+        f.update_ratio_interval = stats::interval(&up);
         f.update_ratio_to_floor = (!up.is_empty()).then(|| median(up));
         if f.system == "floor" {
             f.steady_writes_per_minute = f64::NAN;
@@ -461,9 +500,10 @@ async fn main() {
     for f in results.iter().filter(|f| f.note.starts_with("ratios")) {
         println!("{}: create-wave {}", f.system, f.note);
     }
+    let differences = stats::report(&results, &runs, rounds);
     let dir = Path::new(ROOT).join("target/bench");
     let _ = std::fs::create_dir_all(&dir);
-    let summary = json!({"n": n, "steady_seconds": steady, "systems": results});
+    let summary = json!({"n": n, "steady_seconds": steady, "rounds": rounds, "systems": results, "differences": differences});
     let _ = std::fs::write(
         dir.join("summary.json"),
         serde_json::to_string_pretty(&summary).unwrap(),

@@ -47,6 +47,57 @@ pub(crate) fn writes(text: &str) -> BTreeMap<(String, String, String), f64> {
     out
 }
 
+/// Requests of every verb, reads too, by "VERB resource[/subresource]" (requests for a
+/// resource only: /metrics and discovery aside), from the API server's metrics.
+pub(crate) fn requests(text: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let resource = label(line, "resource");
+        if resource.is_empty() {
+            continue;
+        }
+        let sub = label(line, "subresource");
+        let sub = if sub.is_empty() {
+            sub
+        } else {
+            format!("/{sub}")
+        };
+        *out.entry(format!("{} {resource}{sub}", label(line, "verb")))
+            .or_default() += value(line);
+    }
+    out
+}
+
+/// The requests per resource between two snapshots of [`requests`]: the system's, less the
+/// client's own (`client_own`: "VERB resource" and how many) and the API server's own
+/// (Leases, its ClusterIP allocations, the benchmark's namespace).
+pub(crate) fn per_cr(
+    a: &BTreeMap<String, f64>,
+    b: &BTreeMap<String, f64>,
+    n: usize,
+    client_own: &[(&str, f64)],
+) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for (k, v) in b {
+        let resource = k.split_once(' ').map_or("", |(_, r)| r);
+        if matches!(resource, "leases" | "namespaces" | "ipaddresses") {
+            continue;
+        }
+        let own = client_own
+            .iter()
+            .find(|(c, _)| c == k)
+            .map_or(0.0, |(_, n)| *n);
+        let d = v - a.get(k).copied().unwrap_or(0.0) - own;
+        if d > 0.0 {
+            out.insert(k.clone(), d / n as f64);
+        }
+    }
+    out
+}
+
 /// The value of one line of Prometheus text (0 when it has none).
 pub(crate) fn value(line: &str) -> f64 {
     line.rsplit_once(' ')
@@ -151,4 +202,30 @@ pub(crate) fn admin_metrics() -> String {
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out
+}
+
+/// ruleop's time per reconcile by stage (`ruleop_reconcile_stage_seconds`) and in all
+/// (`ruleop_reconcile_duration_seconds`): mean milliseconds and how many, from its /metrics.
+pub(crate) fn stage_means(text: &str) -> BTreeMap<String, (f64, f64)> {
+    let mut sums: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for line in text.lines() {
+        let (name, rest) = line.split_once('{').unwrap_or((line, ""));
+        let (key, is_sum) = match name {
+            "ruleop_reconcile_stage_seconds_sum" => (label(rest, "stage"), true),
+            "ruleop_reconcile_stage_seconds_count" => (label(rest, "stage"), false),
+            "ruleop_reconcile_duration_seconds_sum" => ("reconcile".to_string(), true),
+            "ruleop_reconcile_duration_seconds_count" => ("reconcile".to_string(), false),
+            _ => continue,
+        };
+        let e = sums.entry(key).or_default();
+        if is_sum {
+            e.0 += value(line);
+        } else {
+            e.1 += value(line);
+        }
+    }
+    sums.into_iter()
+        .filter(|(_, (_, n))| *n > 0.0)
+        .map(|(k, (s, n))| (k, (s * 1000.0 / n, n)))
+        .collect()
 }

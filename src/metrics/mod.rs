@@ -3,6 +3,7 @@
 
 mod census;
 mod process;
+pub mod stages;
 
 pub use census::{CONDITIONS, Census, Count, Counted, Counts};
 
@@ -94,6 +95,8 @@ pub struct Metrics {
     pub reconciles: Family<RuleLabels, Counter>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub reconcile_duration: Family<RuleLabels, Histogram>,
+    /// Where a reconcile's time goes, per rule and stage ([`stages`]).
+    pub reconcile_stages: stages::Stages,
     pub writes: Family<WriteLabels, Counter>,
     pub events_dropped: Family<RuleLabels, Counter>,
     /// Names held by another's object whose release a watch saw (its resources reconciled).
@@ -175,6 +178,10 @@ const HELP: &[(&str, &str)] = &[
         "Reconcile errors, per rule and category",
     ),
     ("reconcile_duration_seconds", "Reconcile duration, per rule"),
+    (
+        "reconcile_stage_seconds",
+        "Time of each stage of a reconcile (lifecycle, render, children, status, status_write), per rule",
+    ),
     ("writes", "Writes to the API server, per rule and action"),
     (
         "retired_kinds_pending",
@@ -301,6 +308,7 @@ impl Default for Metrics {
                     Histogram::new(exponential_buckets(0.001, 2.0, 14))
                 }),
             ),
+            reconcile_stages: reg(r, "reconcile_stage_seconds", stages::family()),
             writes: reg(r, "writes", Family::<WriteLabels, Counter>::default()),
             retired_kinds_pending: reg(
                 r,
@@ -361,6 +369,7 @@ impl Metrics {
             drop(f.get_or_create(&labels));
         }
         drop(self.reconcile_duration.get_or_create(&labels));
+        stages::start(&self.reconcile_stages, rule);
         for g in [
             &self.retired_kinds_pending,
             &self.rule_older,
@@ -428,6 +437,11 @@ impl Metrics {
                 rule: rule.to_string(),
             })
             .inc();
+    }
+
+    /// One stage of a reconcile of `rule` ran from `start` until now.
+    pub fn stage(&self, rule: &str, stage: &'static str, start: Instant) {
+        stages::observe(&self.reconcile_stages, rule, stage, start);
     }
 
     /// Counts a reconcile now and its duration when the guard drops.
@@ -512,6 +526,7 @@ mod tests {
             r#"ruleop_reconcile_errors_total{rule="website",category="crd_error"} 0"#,
             r#"ruleop_writes_total{rule="website",action="prune"} 0"#,
             r#"ruleop_reconcile_duration_seconds_count{rule="website"} 0"#,
+            r#"ruleop_reconcile_stage_seconds_count{rule="website",stage="render"} 0"#,
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }

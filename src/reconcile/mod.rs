@@ -45,7 +45,7 @@ use report::{key_of, publish_applied, report_problem};
 use status_write::{Seen, write_status};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 
 /// How long a resource refused for a reason in itself waits before it is tried again
@@ -155,7 +155,12 @@ async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Actio
     }
     // A finalizer that cannot be written is a problem of this resource, not the end of
     // its reconcile: its children and status go on.
-    let finalizer = match deletion::keep_finalizer(&ctx, &cr).await {
+    let started = Instant::now();
+    let kept = deletion::keep_finalizer(&ctx, &cr).await;
+    ctx.process
+        .metrics
+        .stage(&ctx.rule.name, "lifecycle", started);
+    let finalizer = match kept {
         Ok(()) => None,
         Err(ReconcileError::NotLeader) => return Err(ReconcileError::NotLeader),
         // The resource changed since it was read: retried with backoff, as any passing
@@ -171,6 +176,7 @@ async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Actio
     // The template variables (with the existing objects found), built once for the
     // children and the status.
     // (Off the async workers, which also renew the Lease: a render is pure CPU.)
+    let started = Instant::now();
     let (scope, rendered) = off_the_workers(|| {
         let _span = tracing::info_span!("render").entered();
         let scope = render::scope(rule, &cr_json).and_then(|s| lookups::resolve(&ctx, &r, s));
@@ -181,7 +187,10 @@ async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Actio
             .and_then(|s| render::render_applied(rule, s, &live));
         (scope, rendered)
     });
+    ctx.process.metrics.stage(&rule.name, "render", started);
+    let started = Instant::now();
     let (sync, round) = sync_children(&ctx, &cr, &ns, &r, &rendered, finalizer).await;
+    ctx.process.metrics.stage(&rule.name, "children", started);
     let plan = rendered.as_ref().ok();
     if let Some(e) = round.transient {
         // A passing fault: retried with backoff. Once it has lasted a few rounds, the

@@ -14,6 +14,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
+use std::time::Instant;
 use tracing::Instrument as _;
 
 fn now_rfc3339() -> String {
@@ -171,11 +172,14 @@ pub async fn write_status(
         ctx.records.set_status(r, None);
     }
     let current = ours.as_ref().or(cr_json.get("status"));
+    let started = Instant::now();
     let mut status = desired_status(ctx, cr, cr_json, seen, current, sync);
     ctx.status_schema.strip(&mut status);
+    ctx.process.metrics.stage(&ctx.rule.name, "status", started);
     if current == Some(&status) {
         return Ok(());
     }
+    let _write = StageTimer(ctx, Instant::now());
     if !ctx.process.fence.holds() {
         return Err(ReconcileError::NotLeader);
     }
@@ -233,6 +237,16 @@ pub async fn write_status(
     Ok(())
 }
 
+/// Observes the `status_write` stage when dropped (the write's every way out).
+struct StageTimer<'a>(&'a Ctx, Instant);
+
+impl Drop for StageTimer<'_> {
+    fn drop(&mut self) {
+        let rule = &self.0.rule.name;
+        self.0.process.metrics.stage(rule, "status_write", self.1);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{StatusMark, our_status};
@@ -260,3 +274,4 @@ mod tests {
         );
     }
 }
+
