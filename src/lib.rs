@@ -19,6 +19,7 @@ pub mod client;
 pub mod convert;
 pub mod events;
 pub mod lifecycle;
+pub mod lsp;
 pub mod metrics;
 pub mod operator;
 pub mod rbac;

@@ -30,6 +30,7 @@ const LAYERS: &[&str] = &[
     "reconcile",
     "operator",
     "rbac",
+    "lsp",
     "cli",
 ];
 

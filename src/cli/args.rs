@@ -61,6 +61,17 @@ pub(super) enum Command {
     Release(ReleaseArgs),
     /// Print the shell's completion script: `source <(ruleop completion bash)`.
     Completion(CompletionArgs),
+    /// A language server for rules files over stdio, for editors: every check as you type,
+    /// completion, hover, go to definition, quick fixes. No cluster needed.
+    Lsp(LspArgs),
+}
+
+#[derive(Args, Debug)]
+pub(super) struct LspArgs {
+    /// CRDs (files or folders) whose kinds children may have, checked and completed by
+    /// their schemas (the client's `initializationOptions.crds` adds more).
+    #[arg(long)]
+    pub(super) crd: Vec<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -60,6 +60,9 @@ pub fn main() -> ExitCode {
         Command::Trace(args) => trace::trace_cmd(args),
         Command::Release(args) => release::release_cmd(args),
         Command::Completion(args) => completion(&args),
+        Command::Lsp(args) => crate::lsp::serve(&args.crd, input::read_crds)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(anyhow::Error::from),
     };
     match result {
         Ok(code) => code,

@@ -173,21 +173,7 @@ async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Actio
     let ns = cr.namespace().unwrap_or_default();
     let cr_json = serde_json::to_value(&*cr).map_err(ReconcileError::Decode)?;
 
-    // The template variables (with the existing objects found), built once for the
-    // children and the status.
-    // (Off the async workers, which also renew the Lease: a render is pure CPU.)
-    let started = Instant::now();
-    let (scope, rendered) = off_the_workers(|| {
-        let _span = tracing::info_span!("render").entered();
-        let scope = render::scope(rule, &cr_json).and_then(|s| lookups::resolve(&ctx, &r, s));
-        let live = |c: &Rendered| ctx.live(&ns, c);
-        let rendered = scope
-            .as_ref()
-            .map_err(Clone::clone)
-            .and_then(|s| render::render_applied(rule, s, &live));
-        (scope, rendered)
-    });
-    ctx.process.metrics.stage(&rule.name, "render", started);
+    let (scope, rendered) = render_round(&ctx, &r, &ns, &cr_json);
     let started = Instant::now();
     let (sync, round) = sync_children(&ctx, &cr, &ns, &r, &rendered, finalizer).await;
     ctx.process.metrics.stage(&rule.name, "children", started);
@@ -239,6 +225,34 @@ async fn reconcile_object(cr: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Actio
     } else {
         after
     }))
+}
+
+/// The template variables (with the existing objects found), built once for the children
+/// and the status, and the children rendered. (Off the async workers, which also renew the
+/// Lease: a render is pure CPU.)
+fn render_round(
+    ctx: &Ctx,
+    r: &ResourceId,
+    ns: &str,
+    cr_json: &serde_json::Value,
+) -> (
+    Result<render::Scope, RenderError>,
+    Result<Plan, RenderError>,
+) {
+    let started = Instant::now();
+    let rule = &ctx.rule;
+    let out = off_the_workers(|| {
+        let _span = tracing::info_span!("render").entered();
+        let scope = render::scope(rule, cr_json).and_then(|s| lookups::resolve(ctx, r, s));
+        let live = |c: &Rendered| ctx.live(ns, c);
+        let rendered = scope
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|s| render::render_applied(rule, s, &live));
+        (scope, rendered)
+    });
+    ctx.process.metrics.stage(&rule.name, "render", started);
+    out
 }
 
 /// When a resource is looked at again with no event, after a round with this outcome.

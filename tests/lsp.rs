@@ -1,0 +1,299 @@
+//! `ruleop lsp` at the protocol level: the binary spoken to over stdio as an editor speaks
+//! to it (JSON-RPC with `Content-Length` framing). A rule with a typo gets a diagnostic at
+//! the typo with its "did you mean" and a quick fix; completion offers a child kind's fields
+//! and the rule's spec fields; hover shows a field's type and default; go to definition
+//! lands on a child's `id:`; and every mistake of the fixtures that `ruleop check` reports
+//! is a diagnostic at the same line. No cluster needed.
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::Duration;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const T: Duration = Duration::from_secs(20);
+
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    rx: Receiver<Value>,
+    next: i64,
+    /// Notifications received while waiting for a response.
+    notes: Vec<Value>,
+}
+
+fn read_message(r: &mut impl BufRead) -> Option<Value> {
+    let mut len = None;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some(v) = line.strip_prefix("Content-Length: ") {
+            len = v.parse::<usize>().ok();
+        }
+    }
+    let mut body = vec![0; len?];
+    r.read_exact(&mut body).ok()?;
+    serde_json::from_slice(&body).ok()
+}
+
+impl Client {
+    fn start(args: &[&str]) -> Client {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ruleop"))
+            .arg("lsp")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("ruleop lsp");
+        let stdin = child.stdin.take().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            while let Some(m) = read_message(&mut out) {
+                if tx.send(m).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut c = Client {
+            child,
+            stdin,
+            rx,
+            next: 1,
+            notes: Vec::new(),
+        };
+        let caps = c.request(
+            "initialize",
+            json!({"processId": null, "rootUri": null, "capabilities": {}}),
+        );
+        assert_eq!(caps["capabilities"]["hoverProvider"], true, "{caps}");
+        c.notify("initialized", json!({}));
+        c
+    }
+
+    fn send(&mut self, m: Value) {
+        let body = m.to_string();
+        write!(self.stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn notify(&mut self, method: &str, params: Value) {
+        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let m = self.rx.recv_timeout(T).expect("an answer from ruleop lsp");
+            if m["id"] == id {
+                assert!(m.get("error").is_none(), "{method}: {m}");
+                return m["result"].clone();
+            }
+            self.notes.push(m);
+        }
+    }
+
+    /// The next diagnostics published for `uri`.
+    fn diagnostics(&mut self, uri: &str) -> Vec<Value> {
+        let is_ours = |m: &Value| {
+            m["method"] == "textDocument/publishDiagnostics" && m["params"]["uri"] == uri
+        };
+        if let Some(i) = self.notes.iter().position(is_ours) {
+            let m = self.notes.remove(i);
+            return m["params"]["diagnostics"].as_array().unwrap().clone();
+        }
+        loop {
+            let m = self
+                .rx
+                .recv_timeout(T)
+                .expect("diagnostics from ruleop lsp");
+            if is_ours(&m) {
+                return m["params"]["diagnostics"].as_array().unwrap().clone();
+            }
+        }
+    }
+
+    fn open(&mut self, uri: &str, text: &str) {
+        self.notify(
+            "textDocument/didOpen",
+            json!({"textDocument": {"uri": uri, "languageId": "yaml", "version": 1, "text": text}}),
+        );
+    }
+
+    fn at(&mut self, method: &str, uri: &str, line: usize, character: usize) -> Value {
+        self.request(
+            method,
+            json!({"textDocument": {"uri": uri}, "position": {"line": line, "character": character}}),
+        )
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.request("shutdown", Value::Null);
+        self.notify("exit", Value::Null);
+        let _ = self.child.wait();
+    }
+}
+
+fn uri(path: &str) -> String {
+    format!("file://{ROOT}/{path}")
+}
+
+/// Where `needle` is in `text`: its 0-based line and column.
+fn find(text: &str, needle: &str) -> (usize, usize) {
+    text.lines()
+        .enumerate()
+        .find_map(|(i, l)| l.find(needle).map(|c| (i, c)))
+        .unwrap_or_else(|| panic!("{needle} in the fixture"))
+}
+
+fn labels(items: &Value) -> Vec<String> {
+    let list = items
+        .as_array()
+        .or(items["items"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    list.iter()
+        .filter_map(|i| i["label"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn a_typo_is_a_diagnostic_with_its_fix_and_paths_complete_hover_and_lead_to_their_child() {
+    let path = "tests/fixtures/lsp/typo.yaml";
+    let text = std::fs::read_to_string(format!("{ROOT}/{path}")).unwrap();
+    let u = uri(path);
+    let mut c = Client::start(&[]);
+    c.open(&u, &text);
+
+    let diags = c.diagnostics(&u);
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    let d = &diags[0];
+    let typo = "children.deployment.status.readyReplica";
+    let (line, col) = find(&text, typo);
+    assert_eq!(d["range"]["start"], json!({"line": line, "character": col}));
+    assert_eq!(
+        d["range"]["end"],
+        json!({"line": line, "character": col + typo.len()})
+    );
+    assert!(
+        d["message"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean `readyReplicas`"),
+        "{d}"
+    );
+    let actions = c.request(
+        "textDocument/codeAction",
+        json!({"textDocument": {"uri": u}, "range": d["range"], "context": {"diagnostics": [d]}}),
+    );
+    let edit = &actions[0]["edit"]["changes"][&u][0];
+    assert_eq!(
+        edit["newText"], "children.deployment.status.readyReplicas",
+        "{actions}"
+    );
+
+    // Completion after a child's path, by its kind's schema (in an expression, and in a
+    // status field's JSONPath into its `from` child); after `spec.`, by the rule's.
+    let (line, col) = find(&text, typo);
+    let after = col + "children.deployment.status.".len();
+    let got = labels(&c.at("textDocument/completion", &u, line, after));
+    assert!(got.contains(&"readyReplicas".to_string()), "{got:?}");
+    let (line, col) = find(&text, "$.status.readyReplicas");
+    let got = labels(&c.at("textDocument/completion", &u, line, col + "$.status.".len()));
+    assert!(got.contains(&"availableReplicas".to_string()), "{got:?}");
+    let (line, col) = find(&text, "spec.replicas }}");
+    let got = labels(&c.at("textDocument/completion", &u, line, col + "spec.".len()));
+    assert!(
+        got.contains(&"replicas".to_string()) && got.contains(&"image".to_string()),
+        "{got:?}"
+    );
+    let (line, col) = find(&text, "after: [config]");
+    let got = labels(&c.at("textDocument/completion", &u, line, col + "after: [".len()));
+    assert!(got.contains(&"config".to_string()), "{got:?}");
+
+    // Hover on `spec.replicas`: its type and default.
+    let (line, col) = find(&text, "spec.replicas }}");
+    let h = c.at("textDocument/hover", &u, line, col + "spec.re".len());
+    let shown = h["contents"]["value"].as_str().unwrap_or_default();
+    assert!(
+        shown.contains("integer") && shown.contains("default `2`"),
+        "{h}"
+    );
+
+    // Go to definition from `after: [config]` to the `config` child's `id:`.
+    let (line, col) = find(&text, "after: [config]");
+    let to = c.at(
+        "textDocument/definition",
+        &u,
+        line,
+        col + "after: [co".len(),
+    );
+    let (id_line, _) = find(&text, "id: config");
+    assert_eq!(to["range"]["start"]["line"], id_line, "{to}");
+    assert_eq!(to["uri"], u);
+}
+
+/// The lines `ruleop check` reports errors at, for one file.
+fn check_lines(path: &str) -> Vec<usize> {
+    let out = Command::new(env!("CARGO_BIN_EXE_ruleop"))
+        .args(["check", "--rules", path])
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    let prefix = format!("error: {path}:");
+    let mut lines: Vec<usize> = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix)?.split(':').next()?.parse().ok())
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn every_mistake_check_reports_in_the_fixtures_is_a_diagnostic_at_its_line() {
+    let mut files: Vec<String> = std::fs::read_dir(format!("{ROOT}/tests/fixtures/broken"))
+        .unwrap()
+        .map(|e| {
+            format!(
+                "tests/fixtures/broken/{}",
+                e.unwrap().file_name().to_string_lossy()
+            )
+        })
+        .filter(|p| p.ends_with(".yaml"))
+        .collect();
+    files.push("tests/fixtures/typed/mistakes.yaml".into());
+    files.sort();
+    let mut c = Client::start(&[]);
+    let mut total = 0;
+    for path in &files {
+        let want = check_lines(path);
+        let text = std::fs::read_to_string(format!("{ROOT}/{path}")).unwrap();
+        let u = uri(path);
+        c.open(&u, &text);
+        let mut got: Vec<usize> = c
+            .diagnostics(&u)
+            .iter()
+            .map(|d| d["range"]["start"]["line"].as_u64().unwrap() as usize + 1)
+            .collect();
+        got.sort();
+        assert_eq!(got, want, "{path}: the diagnostics' lines, and check's");
+        total += want.len();
+    }
+    println!(
+        "lsp: {total} mistakes in {} files, each a diagnostic at check's line",
+        files.len()
+    );
+    assert!(total >= 20, "{total}");
+}
