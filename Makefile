@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test test-unit test-long fuzz bench bench-scale profile cluster cluster-down lint build check-rules docs release
+.PHONY: run test test-unit test-long fuzz bench bench-lsp bench-scale profile cluster cluster-down lint build check-rules docs release
 
 FUZZ_SECONDS ?= 180
 N ?= 1000
@@ -75,7 +75,13 @@ bench:
 	$(CARGO) build --release --quiet
 	RULEOP_BENCH_N=$(N) RULEOP_BENCH_STEADY_SECONDS=$(STEADY) $(CARGO) bench --bench waves
 	$(CARGO) bench --bench pipeline
+	$(CARGO) bench --bench lsp
 	if [ -n "$(SCALE)" ]; then RULEOP_BENCH_SCALE=$(SCALE) RULEOP_BENCH_STEADY_SECONDS=30 $(CARGO) bench --bench waves; fi
+
+## bench-lsp: the language server's latency after a change and its memory (release build).
+bench-lsp:
+	$(CARGO) build --release --quiet
+	$(CARGO) bench --bench lsp
 
 ## bench-scale: only the scale runs (SCALE=1000,3000,10000 by default; see BENCHMARKS.md).
 bench-scale:

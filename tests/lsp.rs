@@ -5,146 +5,14 @@
 //! lands on a child's `id:`; and every mistake of the fixtures that `ruleop check` reports
 //! is a diagnostic at the same line. No cluster needed.
 
+#[path = "lsp_client/mod.rs"]
+mod lsp_client;
+
+use lsp_client::Client;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
-use std::time::Duration;
+use std::process::Command;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-const T: Duration = Duration::from_secs(20);
-
-struct Client {
-    child: Child,
-    stdin: ChildStdin,
-    rx: Receiver<Value>,
-    next: i64,
-    /// Notifications received while waiting for a response.
-    notes: Vec<Value>,
-}
-
-fn read_message(r: &mut impl BufRead) -> Option<Value> {
-    let mut len = None;
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some(v) = line.strip_prefix("Content-Length: ") {
-            len = v.parse::<usize>().ok();
-        }
-    }
-    let mut body = vec![0; len?];
-    r.read_exact(&mut body).ok()?;
-    serde_json::from_slice(&body).ok()
-}
-
-impl Client {
-    fn start(args: &[&str]) -> Client {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ruleop"))
-            .arg("lsp")
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("ruleop lsp");
-        let stdin = child.stdin.take().unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            while let Some(m) = read_message(&mut out) {
-                if tx.send(m).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut c = Client {
-            child,
-            stdin,
-            rx,
-            next: 1,
-            notes: Vec::new(),
-        };
-        let caps = c.request(
-            "initialize",
-            json!({"processId": null, "rootUri": null, "capabilities": {}}),
-        );
-        assert_eq!(caps["capabilities"]["hoverProvider"], true, "{caps}");
-        c.notify("initialized", json!({}));
-        c
-    }
-
-    fn send(&mut self, m: Value) {
-        let body = m.to_string();
-        write!(self.stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    fn notify(&mut self, method: &str, params: Value) {
-        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}));
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next;
-        self.next += 1;
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        loop {
-            let m = self.rx.recv_timeout(T).expect("an answer from ruleop lsp");
-            if m["id"] == id {
-                assert!(m.get("error").is_none(), "{method}: {m}");
-                return m["result"].clone();
-            }
-            self.notes.push(m);
-        }
-    }
-
-    /// The next diagnostics published for `uri`.
-    fn diagnostics(&mut self, uri: &str) -> Vec<Value> {
-        let is_ours = |m: &Value| {
-            m["method"] == "textDocument/publishDiagnostics" && m["params"]["uri"] == uri
-        };
-        if let Some(i) = self.notes.iter().position(is_ours) {
-            let m = self.notes.remove(i);
-            return m["params"]["diagnostics"].as_array().unwrap().clone();
-        }
-        loop {
-            let m = self
-                .rx
-                .recv_timeout(T)
-                .expect("diagnostics from ruleop lsp");
-            if is_ours(&m) {
-                return m["params"]["diagnostics"].as_array().unwrap().clone();
-            }
-        }
-    }
-
-    fn open(&mut self, uri: &str, text: &str) {
-        self.notify(
-            "textDocument/didOpen",
-            json!({"textDocument": {"uri": uri, "languageId": "yaml", "version": 1, "text": text}}),
-        );
-    }
-
-    fn at(&mut self, method: &str, uri: &str, line: usize, character: usize) -> Value {
-        self.request(
-            method,
-            json!({"textDocument": {"uri": uri}, "position": {"line": line, "character": character}}),
-        )
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        let _ = self.request("shutdown", Value::Null);
-        self.notify("exit", Value::Null);
-        let _ = self.child.wait();
-    }
-}
 
 fn uri(path: &str) -> String {
     format!("file://{ROOT}/{path}")
@@ -174,7 +42,7 @@ fn a_typo_is_a_diagnostic_with_its_fix_and_paths_complete_hover_and_lead_to_thei
     let path = "tests/fixtures/lsp/typo.yaml";
     let text = std::fs::read_to_string(format!("{ROOT}/{path}")).unwrap();
     let u = uri(path);
-    let mut c = Client::start(&[]);
+    let mut c = Client::start(env!("CARGO_BIN_EXE_ruleop"), &[]);
     c.open(&u, &text);
 
     let diags = c.diagnostics(&u);
@@ -275,7 +143,7 @@ fn every_mistake_check_reports_in_the_fixtures_is_a_diagnostic_at_its_line() {
         .collect();
     files.push("tests/fixtures/typed/mistakes.yaml".into());
     files.sort();
-    let mut c = Client::start(&[]);
+    let mut c = Client::start(env!("CARGO_BIN_EXE_ruleop"), &[]);
     let mut total = 0;
     for path in &files {
         let want = check_lines(path);

@@ -39,7 +39,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// How long the server waits after a change for the next one before it checks the file.
-pub const DEBOUNCE: Duration = Duration::from_millis(150);
+pub const DEBOUNCE: Duration = Duration::from_millis(50);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LspError {
