@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make release`: the release artifacts of the version in Cargo.toml, in one folder
 # (target/dist/<version>/, or $RULEOP_DIST):
-#   ruleop-<v>-linux-<arch>.tar.gz   the binary (release build), LICENSE and README.md
+#   ruleop-<v>-linux-<arch>.tar.gz   the binary (release build, debug info stripped), LICENSE
+#                                    and README.md
 #   ruleop-<v>.oci.tar               the image, an OCI image archive (release/image.sh),
 #                                    named ruleop:<v> as the chart's default image is
 #   ruleop-<chart version>.tgz       the packaged chart (helm package)
@@ -49,7 +50,11 @@ log "the binary"
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/ruleop-$version"
+# The release profile keeps line tables (for `make profile`); the shipped binary does not
+# (its symbols stay: a panic's backtrace still names the functions).
 cp "$bin" "$stage/ruleop-$version/ruleop"
+strip --strip-debug "$stage/ruleop-$version/ruleop"
+bin="$stage/ruleop-$version/ruleop"
 cp LICENSE README.md "$stage/ruleop-$version/"
 tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner -czf "$dist/ruleop-$version-linux-$arch.tar.gz" "ruleop-$version"
 
