@@ -165,3 +165,42 @@ fn every_mistake_check_reports_in_the_fixtures_is_a_diagnostic_at_its_line() {
     );
     assert!(total >= 20, "{total}");
 }
+
+#[test]
+fn a_file_of_rule_objects_gets_its_diagnostics_at_their_lines() {
+    // The fixture as a Rule object (`ruleop rule` prints only rules that load).
+    let rule = std::fs::read_to_string(format!("{ROOT}/tests/fixtures/lsp/typo.yaml")).unwrap();
+    let spec: String = rule
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("  {l}\n"))
+        .collect();
+    let text = format!(
+        "apiVersion: ruleop.dev/v1alpha1\nkind: Rule\nmetadata:\n  name: site\nspec:\n{spec}"
+    );
+    let u = "file:///tmp/ruleop-lsp-test/rules.yaml";
+    let mut c = Client::start(env!("CARGO_BIN_EXE_ruleop"), &[]);
+    c.open(u, &text);
+    let diags = c.diagnostics(u);
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    let (line, col) = find(&text, "children.deployment.status.readyReplica");
+    assert_eq!(
+        diags[0]["range"]["start"],
+        json!({"line": line, "character": col}),
+        "{diags:#?}"
+    );
+    assert!(
+        diags[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean `readyReplicas`")
+    );
+    // Completion and definition inside the Rule's spec.
+    let got = labels(&c.at(
+        "textDocument/completion",
+        u,
+        line,
+        col + "children.deployment.status.".len(),
+    ));
+    assert!(got.contains(&"readyReplicas".to_string()), "{got:?}");
+}

@@ -45,7 +45,7 @@ pub fn complete(doc: &Document, line: u32, col: u32) -> Vec<CompletionItem> {
 /// its `from` child.
 pub fn path_target<'p>(part: &Part, line: u32, path: &'p str) -> Option<Target<'p>> {
     if let Some(json) = path.strip_prefix("$.") {
-        let at = part.index.path_at(line as usize + 1)?;
+        let at = part.path_at(line as usize + 1)?;
         let field = at.strip_suffix(".path")?;
         let i: usize = field
             .strip_prefix("status.fields[")?
@@ -120,7 +120,7 @@ fn in_list_of(doc: &Document, part: &Part, line: u32, keys: &[&str]) -> bool {
     }
     (0..line).rev().take(20).any(|l| {
         let t = doc.line(l).trim();
-        let at = part.index.path_at(l as usize + 1).unwrap_or_default();
+        let at = part.path_at(l as usize + 1).unwrap_or_default();
         keys.iter()
             .any(|k| t == format!("{k}:") || at.ends_with(&format!(".{k}")) && t.ends_with(':'))
     })

@@ -9,8 +9,16 @@ use lsp_types::{Diagnostic, DiagnosticSeverity, Position, Range};
 use serde_json::json;
 use std::path::Path;
 
-/// The diagnostics of the rules file `path` whose text is `doc`'s.
+/// The diagnostics of the rules file `path` whose text is `doc`'s: of its Rule objects
+/// when it holds them (as `ruleop rule` prints them), else of its rules.
 pub fn diagnostics(path: &Path, doc: &Document) -> Vec<Diagnostic> {
+    if doc.parts.iter().any(|p| p.object.is_some()) {
+        return doc
+            .parts
+            .iter()
+            .flat_map(|p| object_diagnostics(p, doc))
+            .collect();
+    }
     let (loaded, mut errors) = rules::load_str(&doc.text, path);
     let (loaded, dups) = rules::load::dedupe(loaded);
     errors.extend(dups);
@@ -22,6 +30,25 @@ pub fn diagnostics(path: &Path, doc: &Document) -> Vec<Diagnostic> {
         );
     }
     errors.iter().map(|e| diagnostic(e, doc)).collect()
+}
+
+/// A Rule object's problems, each at the line of the path it names.
+fn object_diagnostics(part: &super::document::Part, doc: &Document) -> Vec<Diagnostic> {
+    let Some(obj) = &part.object else {
+        return Vec::new();
+    };
+    crate::rules::object::load_object(obj)
+        .problems
+        .iter()
+        .map(|p| {
+            let (message, fix) = p
+                .message
+                .split_once("\n  fix: ")
+                .unwrap_or((&p.message, ""));
+            let line = part.index.line(&p.path);
+            located(line, message.to_string(), fix.to_string(), doc)
+        })
+        .collect()
 }
 
 /// What the error says (without the file and line it starts with), and its fix.
@@ -55,6 +82,11 @@ fn quoted(s: &str) -> impl Iterator<Item = &str> {
 
 fn diagnostic(e: &LoadError, doc: &Document) -> Diagnostic {
     let (line, message, fix) = said(e);
+    located(line, message, fix, doc)
+}
+
+fn located(line: usize, message: String, fix: String, doc: &Document) -> Diagnostic {
+    let line = line.max(1);
     let row = (line - 1) as u32;
     let text = doc.line(row);
     // The range: the first quoted word of the message found on the line, else the line.

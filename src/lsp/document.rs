@@ -5,10 +5,14 @@
 use crate::rules::lines::{LineIndex, index_documents};
 use serde_json::Value;
 
-/// One YAML document of the file: its value (`Null` where it does not parse) and lines.
+/// One YAML document of the file: the rule it holds (`Null` where it does not parse) and
+/// its lines. A Rule object's rule is its `spec`: its paths are the rule's under `spec.`.
 pub struct Part {
     pub value: Value,
     pub index: LineIndex,
+    /// The whole Rule object, when the document is one.
+    pub object: Option<Value>,
+    prefix: &'static str,
 }
 
 /// A child of a rule: its id, kind, and the (1-based) line of its `id:`.
@@ -36,7 +40,7 @@ impl Document {
         });
         let parts = values
             .zip(index)
-            .map(|(value, index)| Part { value, index })
+            .map(|(v, index)| Part::new(v, index))
             .collect();
         Document {
             text: text.to_string(),
@@ -61,6 +65,32 @@ impl Document {
 }
 
 impl Part {
+    fn new(value: Value, index: LineIndex) -> Part {
+        let is_rule = value["kind"] == crate::rules::object::KIND
+            && value["apiVersion"]
+                .as_str()
+                .is_some_and(|a| a.starts_with(crate::rules::object::GROUP));
+        match is_rule {
+            true => Part {
+                value: value["spec"].clone(),
+                object: Some(value),
+                index,
+                prefix: "spec.",
+            },
+            false => Part {
+                value,
+                object: None,
+                index,
+                prefix: "",
+            },
+        }
+    }
+
+    /// The rule's path of the deepest node that starts on `line` (1-based).
+    pub fn path_at(&self, line: usize) -> Option<&str> {
+        self.index.path_at(line)?.strip_prefix(self.prefix)
+    }
+
     /// The rule's children, from the text as it is (whether or not the rule compiles).
     pub fn children(&self) -> Vec<Child> {
         let Some(list) = self.value["children"].as_array() else {
@@ -74,7 +104,7 @@ impl Part {
                     id: c["id"].as_str()?.to_string(),
                     api_version: t["apiVersion"].as_str().unwrap_or_default().to_string(),
                     kind: t["kind"].as_str().unwrap_or_default().to_string(),
-                    line: self.index.line(&format!("children[{i}].id")),
+                    line: self.index.line(&format!("{}children[{i}].id", self.prefix)),
                     name: t["metadata"]["name"].as_str().map(str::to_string),
                 })
             })

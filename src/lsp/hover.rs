@@ -80,7 +80,7 @@ fn field_hover(part: &Part, line: u32, text: &str, col: u32) -> Option<(String, 
 
 /// A key of the rules format on `line`: its description from the format's schema.
 fn format_key(part: &Part, line: u32, word: &str) -> Option<String> {
-    let at = part.index.path_at(line as usize + 1)?;
+    let at = part.path_at(line as usize + 1)?;
     if !at.ends_with(word) {
         return None;
     }
