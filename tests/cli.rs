@@ -790,3 +790,52 @@ fn moving_the_seed_website_to_two_versions_changes_no_child() {
         "{stdout}"
     );
 }
+
+/// Every command that reads rules takes files of Rule objects too (as `ruleop rule` prints
+/// them): `check` says they are fine or where one is wrong, by file and line, and `render`
+/// renders from them.
+#[test]
+fn check_and_render_take_files_of_rule_objects_with_their_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, objects, err) = ruleop(&["rule", "--rules", "rules/"]);
+    assert_eq!(code, 0, "{err}");
+    let good = dir.path().join("rules.yaml");
+    std::fs::write(&good, &objects).unwrap();
+    let good = good.to_str().unwrap();
+    let (code, out, err) = ruleop(&["check", "--rules", good]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("2 rule(s) ok"), "{out}");
+    let (code, out, err) = ruleop(&["render", "--rules", good, "examples/website.yaml"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("kind: Deployment") && out.contains("kind: Service"),
+        "{out}"
+    );
+
+    // A typo in one Rule: its file, its line, its path in the Rule and the fix.
+    let broken_text = objects.replacen(
+        "status.readyReplicas >= spec.replicas",
+        "status.readyReplica >= spec.replicas",
+        1,
+    );
+    assert_ne!(broken_text, objects, "the ready expression is in the Rules");
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(&broken, &broken_text).unwrap();
+    let (line, _) = broken_text
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.contains("status.readyReplica >="))
+        .unwrap();
+    let (code, out, err) = ruleop(&["check", "--rules", broken.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    // (The Rules come in name order: myapp's is the first ready expression.)
+    let want = format!(
+        "{}:{}: rule `myapp`: spec.status.ready: `status.readyReplica`",
+        broken.display(),
+        line + 1
+    );
+    assert!(
+        err.contains(&want) && err.contains("did you mean"),
+        "{want} in {err}"
+    );
+}

@@ -27,11 +27,11 @@ pub(super) fn load_against_cluster(
         .build()?;
     rt.block_on(async {
         let client = crate::client::plain().await?;
-        let (loaded, _) = rules::load_paths(paths);
+        let (loaded, _) = super::input::load_rules_or_objects(paths);
         let unknown = unknown_child_kinds(&loaded);
         let served = crate::cache::openapi::schemas(&client, &unknown).await?;
         crate::schema::typed::use_crds(&[given, &served].concat());
-        let (loaded, mut errors) = rules::load_paths(paths);
+        let (loaded, mut errors) = super::input::load_rules_or_objects(paths);
         for rule in &loaded {
             let Some(crd) = &rule.crd else { continue };
             for b in crate::operator::crds::against_cluster(&client, crd).await? {
@@ -154,7 +154,7 @@ pub(super) fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     });
     let (loaded, mut errors) = match args.against_cluster {
         true => load_against_cluster(&args.rules, &crds, &samples, author.as_ref())?,
-        false => rules::load_paths(&args.rules),
+        false => super::input::load_rules_or_objects(&args.rules),
     };
     let policy = Policy {
         require_identity: args.require_identity,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 /// Every rule of `paths`, or None (with the errors printed) if any has an error.
 pub(super) fn load_all_or_report(paths: &[PathBuf]) -> Option<Vec<Arc<CompiledRule>>> {
-    let (loaded, errors) = rules::load_paths(paths);
+    let (loaded, errors) = load_rules_or_objects(paths);
     print_errors(&errors);
     errors.is_empty().then_some(loaded)
 }
@@ -18,6 +18,57 @@ pub(super) fn print_errors(errors: &[LoadError]) {
     for e in errors {
         eprintln!("error: {e}");
     }
+}
+
+/// A Rule's problem at the line of the path it names in the file.
+fn object_problem(
+    f: &std::path::Path,
+    index: &rules::lines::LineIndex,
+    name: &str,
+    p: &rules::object::ObjectProblem,
+) -> LoadError {
+    let (problem, fix) = p
+        .message
+        .split_once("\n  fix: ")
+        .unwrap_or((&p.message, ""));
+    // (Its message names the rule already: once is enough.)
+    let problem = match problem.strip_prefix(&format!("rule `{name}`")) {
+        Some(rest) => rest.split_once(": ").map_or(rest, |(_, r)| r),
+        None => problem,
+    };
+    let fix = match fix {
+        "" => "fix the Rule's spec (`ruleop check` on its rules file says the same)",
+        f => f,
+    };
+    LoadError::Rule(Box::new(rules::error::RuleProblem {
+        at: rules::Location {
+            file: f.to_path_buf(),
+            line: index.line(&p.path),
+        },
+        rule: name.to_string(),
+        child: None,
+        problem: format!("{}: {problem}", p.path),
+        fix: fix.to_string(),
+    }))
+}
+
+/// The Rule objects of a file (`kind: Rule` of ruleop's group), each with the lines of its
+/// document; `None` when it has none (a rules file).
+fn rule_objects(f: &std::path::Path) -> Option<Vec<(Value, rules::lines::LineIndex)>> {
+    let text = std::fs::read_to_string(f).ok()?;
+    let index = rules::lines::index_documents(&text).docs;
+    let docs = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap_or(Value::Null));
+    let objects: Vec<(Value, rules::lines::LineIndex)> = docs
+        .zip(index)
+        .filter(|(o, _)| {
+            o["kind"] == rules::object::KIND
+                && o["apiVersion"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with(rules::object::GROUP))
+        })
+        .collect();
+    (!objects.is_empty()).then_some(objects)
 }
 
 /// The rules of `paths`: rules files, or files of Rule objects (`kind: Rule`, as
@@ -29,28 +80,18 @@ pub(super) fn load_rules_or_objects(paths: &[PathBuf]) -> (Vec<Arc<CompiledRule>
     };
     let (mut rules_files, mut loaded, mut errors) = (Vec::new(), Vec::new(), Vec::new());
     for f in files {
-        let objects: Vec<Value> = read_objects(&f)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|o| {
-                o["kind"] == rules::object::KIND
-                    && o["apiVersion"]
-                        .as_str()
-                        .is_some_and(|a| a.starts_with(rules::object::GROUP))
-            })
-            .collect();
-        if objects.is_empty() {
+        let Some(objects) = rule_objects(&f) else {
             rules_files.push(f);
             continue;
-        }
-        for o in &objects {
+        };
+        for (o, index) in &objects {
             let load = rules::object::load_object(o);
             loaded.extend(load.rule);
-            errors.extend(load.problems.into_iter().map(|p| LoadError::Sample {
-                path: f.clone(),
-                message: format!("Rule {:?}: {p}", load.name),
-                fix: "fix the Rule's spec (`ruleop check` on its rules file says the same)".into(),
-            }));
+            errors.extend(
+                load.problems
+                    .iter()
+                    .map(|p| object_problem(&f, index, &load.name, p)),
+            );
         }
     }
     if !rules_files.is_empty() {

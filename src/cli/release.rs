@@ -26,7 +26,7 @@ pub(super) fn release_cmd(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
 /// (ruleop uninstalled, its rules gone with it) what the rule's children carry.
 async fn find(client: &kube::Client, args: &ReleaseArgs) -> anyhow::Result<Subject> {
     if !args.rules.is_empty() {
-        let (rules, errors) = crate::rules::load_paths(&args.rules);
+        let (rules, errors) = super::input::load_rules_or_objects(&args.rules);
         if let Some(r) = rules.into_iter().find(|r| r.name == args.rule) {
             return Ok(Subject::of(&r));
         }

@@ -68,7 +68,7 @@ async fn rule_for(
 ) -> anyhow::Result<Option<Arc<CompiledRule>>> {
     let serves = |r: &Arc<CompiledRule>| r.watch.group == ar.group && r.watch.resource == ar.plural;
     if !args.rules.is_empty() {
-        let rules = crate::rules::load_paths(&args.rules).0;
+        let rules = super::input::load_rules_or_objects(&args.rules).0;
         return match rules.into_iter().find(serves) {
             Some(r) => Ok(Some(r)),
             None => anyhow::bail!(
