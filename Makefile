@@ -23,7 +23,7 @@ test:
 ## test-unit: the tests that need no cluster: unit tests, the command line, typed references, formats, the
 ## layout, GitOps health and the monitoring package (build the kstatus and promtool tools once).
 test-unit:
-	$(CARGO) test --lib --bins --test cli --test refs --test formats --test layout --test kstatus --test ruletest --test monitoring --test docs --test lsp --test neovim
+	$(CARGO) test --lib --bins --test cli --test refs --test formats --test layout --test kstatus --test ruletest --test monitoring --test docs --test lsp --test editors
 
 cluster:
 	tests/cluster/up.sh

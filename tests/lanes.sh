@@ -21,7 +21,7 @@ threads="${RULEOP_TEST_THREADS:-4}"
 logs="$repo/target/test-logs"
 mkdir -p "$logs"
 
-offline="lib main cli formats layout kstatus monitoring ruletest refs dockerfile conversion chart docs lsp neovim"
+offline="lib main cli formats layout kstatus monitoring ruletest refs dockerfile conversion chart docs lsp editors"
 alone="origin production operator"
 heavy_a="rollout churn_rules helm identity guard budget"
 heavy_b="churn faults leadership image security requests"

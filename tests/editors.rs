@@ -5,7 +5,8 @@
 //! compares the diagnostic (at the typo, "did you mean `readyReplicas`"), the completion
 //! after `children.deployment.status.` (`readyReplicas`), the hover on `spec.replicas` (its
 //! type and default) and the definition from `after: [config]` (the `config` child's line).
-//! Where no Neovim can run, the test says so and checks nothing.
+//! Where no Neovim can run, the test says so and checks nothing. And the VS Code extension
+//! of editors/vscode/ packages with npm.
 
 use serde_json::{Value, json};
 use std::process::Command;
@@ -95,4 +96,49 @@ fn neovim_gets_the_diagnostic_completion_hover_and_definition() {
         "{hover}"
     );
     assert_eq!(got["definition"], find(&text, "id: config").0, "{got}");
+}
+
+/// The VS Code extension (editors/vscode/) packages with npm from its lockfile, the
+/// language client inside; where npm is missing, the test says so and checks nothing.
+#[test]
+fn the_vscode_extension_packages_with_its_language_client() {
+    if Command::new("npm").arg("--version").output().is_err() {
+        eprintln!("vscode test skipped: no npm");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for f in [
+        "package.json",
+        "package-lock.json",
+        "extension.js",
+        "README.md",
+    ] {
+        std::fs::copy(format!("{ROOT}/editors/vscode/{f}"), dir.path().join(f)).unwrap();
+    }
+    let npm = |args: &[&str]| {
+        let out = Command::new("npm")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "npm {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    npm(&["ci", "--no-audit", "--no-fund"]);
+    npm(&["run", "package"]);
+    let listing = Command::new("python3")
+        .args(["-m", "zipfile", "-l", "ruleop.vsix"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(listing.contains("extension/extension.js"), "{listing}");
+    assert!(
+        listing.contains("node_modules/vscode-languageclient/node.js"),
+        "the language client is packaged: {listing}"
+    );
 }
