@@ -204,3 +204,45 @@ fn a_file_of_rule_objects_gets_its_diagnostics_at_their_lines() {
     ));
     assert!(got.contains(&"readyReplicas".to_string()), "{got:?}");
 }
+
+#[test]
+fn filters_types_and_markers_complete_and_a_marker_says_what_it_means() {
+    let path = "tests/fixtures/lsp/typo.yaml";
+    let text = std::fs::read_to_string(format!("{ROOT}/{path}"))
+        .unwrap()
+        .replace(
+            "image: \"{{ spec.image }}\"\n  - id",
+            "image: \"{{ spec.image | sh }}\"\n  - id",
+        );
+    let u = uri("tests/fixtures/lsp/filters.yaml");
+    let mut c = Client::start(env!("CARGO_BIN_EXE_ruleop"), &[]);
+    c.open(&u, &text);
+    let (line, col) = find(&text, "spec.image | sh");
+    let got = labels(&c.at(
+        "textDocument/completion",
+        &u,
+        line,
+        col + "spec.image | sh".len(),
+    ));
+    assert!(
+        got.contains(&"sha256".to_string()) && got.contains(&"upper".to_string()),
+        "{got:?}"
+    );
+
+    let (line, col) = find(&text, "default=2 minimum=0");
+    let got = labels(&c.at("textDocument/completion", &u, line, col));
+    assert!(
+        got.contains(&"default".to_string()) && got.contains(&"pattern".to_string()),
+        "{got:?}"
+    );
+    let (line, col) = find(&text, "integer | default=2");
+    let got = labels(&c.at("textDocument/completion", &u, line, col));
+    assert!(got.contains(&"int-or-string".to_string()), "{got:?}");
+    let (line, col) = find(&text, "default=2 minimum=0");
+    let h = c.at("textDocument/hover", &u, line, col + 2);
+    let shown = h["contents"]["value"].as_str().unwrap_or_default();
+    assert!(
+        shown.contains("marker `default`") && shown.contains("left out"),
+        "{h}"
+    );
+}

@@ -27,6 +27,12 @@ pub fn complete(doc: &Document, line: u32, col: u32) -> Vec<CompletionItem> {
         };
     }
     let prefix: String = text.chars().take(col as usize).collect();
+    if let Some(items) = in_schema_line(part, line, &prefix) {
+        return items;
+    }
+    if after_pipe(&prefix) {
+        return filters();
+    }
     let key = prefix.trim_start().trim_start_matches("- ");
     if ["after:", "from:", "readyWhen:"]
         .iter()
@@ -39,6 +45,64 @@ pub fn complete(doc: &Document, line: u32, col: u32) -> Vec<CompletionItem> {
         return format_keys(doc, part, line);
     }
     Vec::new()
+}
+
+/// Whether the cursor is where a filter's name goes: after `|` (and spaces) and the
+/// letters typed of it.
+fn after_pipe(prefix: &str) -> bool {
+    let rest = prefix.trim_end_matches(|c: char| c.is_ascii_alphanumeric() || c == '_');
+    rest.trim_end().ends_with('|') && !rest.trim_end().ends_with("||")
+}
+
+/// The template filters: ruleop's and minijinja's.
+fn filters() -> Vec<CompletionItem> {
+    let ours = crate::rules::helpers::FILTERS
+        .iter()
+        .map(|f| (f, "ruleop's filter"));
+    let builtin = crate::rules::helpers::BUILTIN_FILTERS
+        .iter()
+        .map(|f| (f, "minijinja's filter or test"));
+    ours.chain(builtin)
+        .map(|(f, what)| item(f, CompletionItemKind::FUNCTION, what.to_string()))
+        .collect()
+}
+
+/// In a field line of the rule's `schema:` (`replicas: integer | default=2`): the types
+/// before `|`, the markers after it.
+fn in_schema_line(part: &Part, line: u32, prefix: &str) -> Option<Vec<CompletionItem>> {
+    let at = part.path_at(line as usize + 1)?;
+    if !(at.starts_with("schema.spec.") || at.starts_with("schema.status.")) {
+        return None;
+    }
+    let (_, value) = prefix.split_once(':')?;
+    if !value.contains('|') {
+        let types = crate::schema::fields::TYPES.iter();
+        return Some(
+            types
+                .map(|t| {
+                    item(
+                        t,
+                        CompletionItemKind::TYPE_PARAMETER,
+                        format!("the type `{t}`"),
+                    )
+                })
+                .collect(),
+        );
+    }
+    let typing = value.rsplit(' ').next().unwrap_or_default();
+    if typing.contains('=') {
+        return Some(Vec::new());
+    }
+    Some(
+        crate::schema::fields::MARKERS
+            .iter()
+            .map(|(m, what)| {
+                let mut i = item(m, CompletionItemKind::PROPERTY, what.to_string());
+                i.insert_text = Some(format!("{m}="));
+                i
+            })
+            .collect(),
+    )
 }
 
 /// What `path` (typed on `line`) reads: a template path, or a status field's JSONPath into

@@ -45,6 +45,8 @@ pub fn hover(doc: &Document, line: u32, col: u32) -> Option<Hover> {
         )
     } else if let Some(found) = field_hover(part, line, text, col) {
         found
+    } else if let Some(meaning) = marker(part, line, text, we, &word) {
+        (meaning, ws, we)
     } else {
         (format_key(part, line, &word)?, ws, we)
     };
@@ -76,6 +78,18 @@ fn field_hover(part: &Part, line: u32, text: &str, col: u32) -> Option<(String, 
     let field = parent["properties"].get(*last)?;
     let shown = format!("`{path}`: {}", fields::describe(&root, field));
     Some((shown, start, start + path.chars().count() as u32))
+}
+
+/// A marker of a `schema:` field line (`default` in `integer | default=2`): its meaning.
+fn marker(part: &Part, line: u32, text: &str, end: u32, word: &str) -> Option<String> {
+    let at = part.path_at(line as usize + 1)?;
+    if !at.starts_with("schema.") || !text.chars().nth(end as usize).is_some_and(|c| c == '=') {
+        return None;
+    }
+    let (_, meaning) = crate::schema::fields::MARKERS
+        .iter()
+        .find(|(m, _)| *m == word)?;
+    Some(format!("marker `{word}`: {meaning}"))
 }
 
 /// A key of the rules format on `line`: its description from the format's schema.

@@ -21,8 +21,8 @@ pub const FILTERS: &[&str] = &[
     "append",
 ];
 
-/// minijinja's built-in filters and tests (for "did you mean").
-const BUILTIN_FILTERS: &[&str] = &[
+/// minijinja's built-in filters and tests (for "did you mean", and an editor's completion).
+pub const BUILTIN_FILTERS: &[&str] = &[
     "abs",
     "attr",
     "batch",

@@ -141,6 +141,68 @@ pub(crate) fn admits(schema: &Value, v: &Value) -> bool {
     }
 }
 
+/// The markers of a field line (`type | name=value ...`), and what each means.
+pub const MARKERS: &[(&str, &str)] = &[
+    ("required", "`required=true`: the field must be given"),
+    (
+        "default",
+        "the value the API server fills in when the field is left out (`default=2`)",
+    ),
+    (
+        "enum",
+        "the values allowed, apart by commas (`enum=ClusterIP,NodePort`)",
+    ),
+    (
+        "minimum",
+        "the smallest number allowed (on a list or a map: of each item)",
+    ),
+    (
+        "maximum",
+        "the largest number allowed (on a list or a map: of each item)",
+    ),
+    ("minLength", "the shortest string allowed"),
+    ("maxLength", "the longest string allowed"),
+    ("minItems", "the fewest items a list may have"),
+    ("maxItems", "the most items a list may have"),
+    ("minProperties", "the fewest keys a map may have"),
+    (
+        "maxProperties",
+        "the most keys a map may have (a CEL rule over the map needs it for its cost)",
+    ),
+    (
+        "pattern",
+        "a regular expression (RE2) every string must match",
+    ),
+    (
+        "format",
+        "the OpenAPI format (`int32`, `date-time`, `uri`, ...)",
+    ),
+    (
+        "description",
+        "the field's description, shown by `kubectl explain` (in quotes when it has spaces)",
+    ),
+    ("nullable", "`nullable=true`: the field may be null"),
+    (
+        "rule",
+        "a CEL validation of the field (`self` is its value): `rule=\"self > 0\"`",
+    ),
+    ("message", "the message of the `rule=` just before it"),
+];
+
+/// The types a field line may start with.
+pub const TYPES: &[&str] = &[
+    "string",
+    "integer",
+    "number",
+    "boolean",
+    "object",
+    "array",
+    "int-or-string",
+    "quantity",
+    "[]string",
+    "map[string]string",
+];
+
 /// One field written as `type | markers`; gives its OpenAPI and whether it is required.
 pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
     let (ty, marks) = text.split_once('|').unwrap_or((text, ""));
@@ -219,7 +281,14 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
                 return Err(problem(
                     path,
                     format!("unknown marker `{other}`"),
-                    "use one of: required, default, enum, minimum, maximum, minLength, maxLength, minItems, maxItems, minProperties, maxProperties, pattern, format, description, nullable, rule, message",
+                    &format!(
+                        "use one of: {}",
+                        MARKERS
+                            .iter()
+                            .map(|(m, _)| *m)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
                 ));
             }
         }
