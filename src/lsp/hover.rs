@@ -83,7 +83,7 @@ fn field_hover(part: &Part, line: u32, text: &str, col: u32) -> Option<(String, 
 /// A marker of a `schema:` field line (`default` in `integer | default=2`): its meaning.
 fn marker(part: &Part, line: u32, text: &str, end: u32, word: &str) -> Option<String> {
     let at = part.path_at(line as usize + 1)?;
-    if !at.starts_with("schema.") || !text.chars().nth(end as usize).is_some_and(|c| c == '=') {
+    if !at.starts_with("schema.") || text.chars().nth(end as usize) != Some('=') {
         return None;
     }
     let (_, meaning) = crate::schema::fields::MARKERS
