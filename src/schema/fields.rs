@@ -281,7 +281,7 @@ pub fn field(text: &str, path: &str) -> Result<(Value, bool), SchemaProblem> {
                 return Err(problem(
                     path,
                     format!("unknown marker `{other}`"),
-                    &format!(
+                    format!(
                         "use one of: {}",
                         MARKERS
                             .iter()
