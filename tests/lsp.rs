@@ -246,3 +246,72 @@ fn filters_types_and_markers_complete_and_a_marker_says_what_it_means() {
         "{h}"
     );
 }
+
+/// A snippet's text as the editor inserts it with its placeholders' defaults.
+fn expand(snippet: &str) -> String {
+    let placeholder = regex::Regex::new(r"\$\{\d+:([^}]*)\}").unwrap();
+    placeholder.replace_all(snippet, "$1").replace("\\$", "$")
+}
+
+/// `text` with `body` inserted as lines at `line`, each indented by `indent`.
+fn insert(text: &str, line: usize, indent: usize, body: &str) -> String {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let pad = " ".repeat(indent);
+    let new: Vec<String> = body.lines().map(|l| format!("{pad}{l}")).collect();
+    lines.splice(line..line, new);
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn every_snippet_is_offered_where_it_goes_and_check_accepts_it() {
+    let base = std::fs::read_to_string(format!("{ROOT}/rules/website.yaml")).unwrap();
+    let status = base.lines().position(|l| l == "status:").unwrap();
+    let child = base
+        .lines()
+        .position(|l| l == "  - id: deployment")
+        .unwrap()
+        + 1;
+    let fields = base.lines().position(|l| l == "  fields:").unwrap() + 1;
+    // (the line typed, where, the snippets' indentation, the labels wanted)
+    let places = [
+        (
+            "  - ",
+            status,
+            2,
+            vec!["child: a ConfigMap", "collection: one ConfigMap per item"],
+        ),
+        ("    ", child, 4, vec!["readiness check"]),
+        ("    - ", fields, 4, vec!["status field from a child"]),
+    ];
+    let mut c = Client::start(env!("CARGO_BIN_EXE_ruleop"), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for (i, (typed, line, indent, want)) in places.into_iter().enumerate() {
+        let text = insert(&base, line, 0, typed);
+        let u = format!("file:///tmp/ruleop-lsp-snippets/{i}.yaml");
+        c.open(&u, &text);
+        let items = c.at("textDocument/completion", &u, line, typed.len());
+        let list = items.as_array().cloned().unwrap_or_default();
+        for label in want {
+            let s = list
+                .iter()
+                .find(|it| it["label"] == label && it["kind"] == 15)
+                .unwrap_or_else(|| panic!("the snippet {label:?} at line {}: {items}", line + 1));
+            let body = expand(s["insertText"].as_str().unwrap());
+            let with = insert(&base, line, indent, &body);
+            let file = dir.path().join(format!("{checked}.yaml"));
+            std::fs::write(&file, &with).unwrap();
+            let out = Command::new(env!("CARGO_BIN_EXE_ruleop"))
+                .args(["check", "--rules", file.to_str().unwrap()])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{label}: {}\n{with}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 4);
+}

@@ -194,14 +194,16 @@ fn in_list_of(doc: &Document, part: &Part, line: u32, keys: &[&str]) -> bool {
 fn format_keys(doc: &Document, part: &Part, line: u32) -> Vec<CompletionItem> {
     let root = crate::rules::spec::json_schema();
     let parent = parent_path(doc, part, line);
+    let mut items = super::snippets::at(&parent);
     let segs = fields::segments(&parent);
-    let Some(s) = fields::at(&root, &root, &segs) else {
-        return Vec::new();
-    };
-    fields::fields(&root, s)
-        .into_iter()
-        .map(|(name, doc)| item(&name, CompletionItemKind::PROPERTY, doc))
-        .collect()
+    if let Some(s) = fields::at(&root, &root, &segs) {
+        items.extend(
+            fields::fields(&root, s)
+                .into_iter()
+                .map(|(name, doc)| item(&name, CompletionItemKind::PROPERTY, doc)),
+        );
+    }
+    items
 }
 
 /// The indentation of a line's key (a list item's keys are two past its dash).
@@ -215,7 +217,7 @@ fn key_indent(text: &str) -> (usize, bool) {
 
 /// The path of the mapping a key on `line` belongs to ("" at the top).
 fn parent_path(doc: &Document, part: &Part, line: u32) -> String {
-    let (mine, _) = key_indent(doc.line(line));
+    let (mine, my_dash) = key_indent(doc.line(line));
     for l in (0..line).rev() {
         let text = doc.line(l);
         if text.trim().is_empty() || text.trim_start().starts_with('#') {
@@ -232,7 +234,8 @@ fn parent_path(doc: &Document, part: &Part, line: u32) -> String {
                 .map_or(String::new(), |i| p[..i].to_string())
         };
         if indent == mine && dash {
-            return up(&path);
+            // A sibling key of that item's, or (a new item) a sibling of the item.
+            return if my_dash { up(&up(&path)) } else { up(&path) };
         }
         if indent < mine {
             return if text.trim_end().ends_with(':') {

@@ -21,6 +21,7 @@ mod document;
 mod fields;
 mod hover;
 mod paths;
+mod snippets;
 
 use document::Document;
 use lsp_server::{Connection, Message, Notification, Request, RequestId, Response};
