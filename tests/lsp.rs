@@ -315,3 +315,43 @@ fn every_snippet_is_offered_where_it_goes_and_check_accepts_it() {
     }
     assert_eq!(checked, 4);
 }
+
+#[test]
+fn a_test_file_gets_its_loading_report_at_its_lines() {
+    let path = "tests/fixtures/cache/cache_test.yaml";
+    let text = std::fs::read_to_string(format!("{ROOT}/{path}")).unwrap();
+    // Its test twice over.
+    let block = &text[text.find("  - name: ").unwrap()..];
+    let first = block.lines().next().unwrap();
+    let twice = format!("{}\n{block}", text.trim_end());
+    let u = uri("tests/fixtures/cache/twice_test.yaml");
+    let mut c = Client::start(env!("CARGO_BIN_EXE_ruleop"), &[]);
+    c.open(&u, &text);
+    let all = c.diagnostics(&u);
+    assert!(all.is_empty(), "the test file as it is: {all:#?}");
+    c.open(&u, &twice);
+    let diags = c.diagnostics(&u);
+    let second = twice
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| *l == first)
+        .nth(1)
+        .unwrap()
+        .0;
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    assert_eq!(diags[0]["range"]["start"]["line"], second, "{diags:#?}");
+    assert!(
+        diags[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("two tests are named")
+    );
+
+    // A field the format does not have: at its line.
+    let unknown = text.replacen("    resource:", "    resourse:", 1);
+    c.open(&u, &unknown);
+    let diags = c.diagnostics(&u);
+    let (line, _) = find(&unknown, "    resourse:");
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    assert_eq!(diags[0]["range"]["start"]["line"], line, "{diags:#?}");
+}

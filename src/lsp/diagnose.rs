@@ -12,6 +12,9 @@ use std::path::Path;
 /// The diagnostics of the rules file `path` whose text is `doc`'s: of its Rule objects
 /// when it holds them (as `ruleop rule` prints them), else of its rules.
 pub fn diagnostics(path: &Path, doc: &Document) -> Vec<Diagnostic> {
+    if crate::ruletest::run::is_test_file(path) {
+        return test_diagnostics(path, doc);
+    }
     if doc.parts.iter().any(|p| p.object.is_some()) {
         return doc
             .parts
@@ -30,6 +33,43 @@ pub fn diagnostics(path: &Path, doc: &Document) -> Vec<Diagnostic> {
         );
     }
     errors.iter().map(|e| diagnostic(e, doc)).collect()
+}
+
+/// A test file's loading report, as `ruleop test` gives it before it runs a test: its
+/// shape (at the line serde names), two tests of one name, and the rules it runs against
+/// failing to load (at its `rules:` line, or the first).
+fn test_diagnostics(path: &Path, doc: &Document) -> Vec<Diagnostic> {
+    let spec: crate::ruletest::spec::TestFile = match serde_yaml::from_str(&doc.text) {
+        Ok(s) => s,
+        Err(e) => {
+            let line = e.location().map_or(1, |l| l.line());
+            let fix = "the test format is in docs/testing.md (`ruleop schema --tests` gives its JSON Schema)";
+            return vec![located(line, e.to_string(), fix.into(), doc)];
+        }
+    };
+    let mut out = Vec::new();
+    let index = doc.parts.first().map(|p| &p.index);
+    let line_of = |p: &str| index.map_or(1, |i| i.line(p));
+    let mut names = std::collections::BTreeSet::new();
+    for (i, t) in spec.tests.iter().enumerate() {
+        if !names.insert(t.name.as_str()) {
+            let message = format!("two tests are named `{}`", t.name);
+            let fix = "give each test its own name (snapshots and reports go by it)";
+            out.push(located(
+                line_of(&format!("tests[{i}].name")),
+                message,
+                fix.into(),
+                doc,
+            ));
+        }
+    }
+    let (_, errors) = rules::load_paths(&crate::ruletest::run::rules_of(path, &spec));
+    for e in &errors {
+        let message = format!("the rules this file tests do not load: {e}");
+        let fix = "fix the rules file (open it: its problems are shown there)";
+        out.push(located(line_of("rules"), message, fix.into(), doc));
+    }
+    out
 }
 
 /// A Rule object's problems, each at the line of the path it names.

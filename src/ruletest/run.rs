@@ -88,7 +88,7 @@ pub fn snapshot_path(file: &Path) -> PathBuf {
 
 /// The rules a test file runs against: its `rules`, or those of its folder (of the parent
 /// folder for a folder named `tests`).
-fn rules_of(file: &Path, spec: &TestFile) -> Vec<PathBuf> {
+pub fn rules_of(file: &Path, spec: &TestFile) -> Vec<PathBuf> {
     let dir = file.parent().unwrap_or(Path::new("."));
     if !spec.rules.is_empty() {
         return spec.rules.iter().map(|r| dir.join(r)).collect();
