@@ -8,20 +8,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../tests/cluster/versions.sh
 source "$root/tests/cluster/versions.sh"
 MDBOOK_VERSION=0.5.4
-dir="$RULEOP_CACHE/tools/mdbook-$MDBOOK_VERSION"
-if [ ! -x "$dir/bin/mdbook" ]; then
-  mkdir -p "$RULEOP_CACHE/tools"
-  exec 9>"$RULEOP_CACHE/tools/.build.lock"
-  flock 9
-  if [ ! -x "$dir/bin/mdbook" ]; then
-    echo "[docs] installing mdBook $MDBOOK_VERSION (first time only)" >&2
-    cargo install mdbook --version "$MDBOOK_VERSION" --locked --root "$dir.tmp" --quiet
-    mv "$dir.tmp" "$dir"
-  fi
-fi
+mdbook="$("$root/tests/tools/cargo-tool.sh" mdbook "$MDBOOK_VERSION")"
 cd "$root"
 if [ "${1:-build}" = serve ]; then
-  exec "$dir/bin/mdbook" serve
+  exec "$mdbook" serve
 fi
-"$dir/bin/mdbook" build
+"$mdbook" build
 echo "[docs] the manual: $root/target/book/index.html" >&2

@@ -71,22 +71,10 @@ helm="$("$root/tests/tools/build.sh" helm)"
 "$helm" package charts/ruleop --destination "$dist" >/dev/null
 
 log "the SBOM"
-CDX_VERSION=0.5.9
-cdx="$RULEOP_CACHE/tools/cargo-cyclonedx-$CDX_VERSION"
-if [ ! -x "$cdx/bin/cargo-cyclonedx" ]; then
-  mkdir -p "$RULEOP_CACHE/tools"
-  exec 9>"$RULEOP_CACHE/tools/.build.lock"
-  flock 9
-  if [ ! -x "$cdx/bin/cargo-cyclonedx" ]; then
-    log "installing cargo-cyclonedx $CDX_VERSION (first time only)"
-    cargo install cargo-cyclonedx --version "$CDX_VERSION" --locked --root "$cdx.tmp" --quiet
-    mv "$cdx.tmp" "$cdx"
-  fi
-  exec 9>&-
-fi
+cdx="$("$root/tests/tools/cargo-tool.sh" cargo-cyclonedx 0.5.9)"
 # Written beside Cargo.toml, then moved.
 rm -f ./*.cdx.json
-"$cdx/bin/cargo-cyclonedx" cyclonedx --format json --spec-version 1.5 --describe binaries -q
+"$cdx" cyclonedx --format json --spec-version 1.5 --describe binaries -q
 found="$(ls ./*.cdx.json 2>/dev/null | head -1)"
 [ -n "$found" ] || die "cargo-cyclonedx wrote no SBOM"
 mv "$found" "$dist/ruleop-$version.cdx.json"

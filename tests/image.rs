@@ -446,6 +446,20 @@ async fn website_replicas(c: &Cluster, name: &str, replicas: i64) {
     .await;
 }
 
+/// The API server's refusal of the Rule `text` (a dry run), once it refuses it. (The webhook's
+/// `Ignore` lets it through while the API server cannot reach the webhook yet.)
+async fn refused(c: &Cluster, text: &str, what: &str) -> String {
+    eventually(T, what, || async {
+        let (ok, _, err) = kubectl_at(
+            &c.kubeconfig,
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(text),
+        );
+        (!ok).then_some(err)
+    })
+    .await
+}
+
 async fn holder(c: &Cluster, pod: &str) {
     let kc = c.kubeconfig.clone();
     eventually(T, &format!("{pod} holds the Lease"), || async {
@@ -548,15 +562,7 @@ async fn the_released_image_runs_as_the_packaged_chart_runs_it_leads_serves_the_
     broken["metadata"]["name"] = json!("broken");
     broken["spec"]["children"][0]["template"]["spec"]["replicas"] = json!("three");
     let text = broken.to_string();
-    let refusal = eventually(T, "the webhook refuses a broken Rule", || async {
-        let (ok, _, err) = kubectl_at(
-            &c.kubeconfig,
-            &["apply", "--dry-run=server", "-f", "-"],
-            Some(&text),
-        );
-        (!ok).then_some(err)
-    })
-    .await;
+    let refusal = refused(&c, &text, "the webhook refuses a broken Rule").await;
     assert!(
         refusal.contains("rules.ruleop.dev") && refusal.contains("denied the request"),
         "{refusal}\n{}",
@@ -587,17 +593,7 @@ async fn the_released_image_runs_as_the_packaged_chart_runs_it_leads_serves_the_
     );
     website_replicas(&c, "front", 3).await;
     route_webhook_to(&c, &b);
-    // (The API server follows the Service's new endpoint within moments; until then the
-    // webhook's `Ignore` lets the Rule through.)
-    let refusal = eventually(T, "the standby's webhook refuses a broken Rule", || async {
-        let (ok, _, err) = kubectl_at(
-            &c.kubeconfig,
-            &["apply", "--dry-run=server", "-f", "-"],
-            Some(&text),
-        );
-        (!ok).then_some(err)
-    })
-    .await;
+    let refusal = refused(&c, &text, "the standby's webhook refuses a broken Rule").await;
     assert!(
         refusal.contains("denied the request"),
         "the standby's webhook: {refusal}\n{}",

@@ -122,20 +122,25 @@ fn in_path(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '$' | '[' | ']')
 }
 
-/// The path around column `col` (0-based, in characters) of `line`, and where it starts
-/// and ends.
-pub fn path_at(line: &str, col: u32) -> Option<(String, u32, u32)> {
+/// The run of characters that `ok` takes around column `col` (0-based, in characters) of
+/// `line`, and where it starts and ends.
+pub fn span_at(line: &str, col: u32, ok: fn(char) -> bool) -> Option<(String, u32, u32)> {
     let chars: Vec<char> = line.chars().collect();
     let col = (col as usize).min(chars.len());
     let mut start = col;
-    while start > 0 && in_path(chars[start - 1]) {
+    while start > 0 && ok(chars[start - 1]) {
         start -= 1;
     }
     let mut end = col;
-    while end < chars.len() && in_path(chars[end]) {
+    while end < chars.len() && ok(chars[end]) {
         end += 1;
     }
     (start < end).then(|| (chars[start..end].iter().collect(), start as u32, end as u32))
+}
+
+/// The path around column `col` of `line`, and where it starts and ends.
+pub fn path_at(line: &str, col: u32) -> Option<(String, u32, u32)> {
+    span_at(line, col, in_path)
 }
 
 /// The path that ends at column `col` (what is typed before the cursor).

@@ -3,25 +3,16 @@
 //! kind and name; from a child id anywhere to its `id:` line.
 
 use super::complete::path_target;
-use super::document::{Document, Part, path_at};
+use super::document::{Document, Part, path_at, span_at};
 use super::fields;
 use lsp_types::{Hover, HoverContents, MarkupContent, MarkupKind, Position, Range};
 use serde_json::Value;
 
 /// The word of ids and keys under column `col` (letters, digits, `_` and `-`).
 fn word_at(line: &str, col: u32) -> Option<(String, u32, u32)> {
-    let chars: Vec<char> = line.chars().collect();
-    let col = (col as usize).min(chars.len());
-    let ok = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
-    let mut start = col;
-    while start > 0 && ok(chars[start - 1]) {
-        start -= 1;
-    }
-    let mut end = col;
-    while end < chars.len() && ok(chars[end]) {
-        end += 1;
-    }
-    (start < end).then(|| (chars[start..end].iter().collect(), start as u32, end as u32))
+    span_at(line, col, |c| {
+        c.is_ascii_alphanumeric() || c == '_' || c == '-'
+    })
 }
 
 /// The 0-based line of the `id:` of the child named by the word under the cursor.
