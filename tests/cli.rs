@@ -839,3 +839,38 @@ fn check_and_render_take_files_of_rule_objects_with_their_lines() {
         "{want} in {err}"
     );
 }
+
+/// `render --strict` names the file and the line of the field the rendered child gets wrong.
+#[test]
+fn render_strict_names_the_file_and_line_of_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string("rules/website.yaml")
+        .unwrap()
+        .replace(
+            "type: \"{{ spec.serviceType }}\"",
+            "type: \"{{ spec.image }}\"",
+        );
+    let line = text
+        .lines()
+        .position(|l| l.contains("type: \"{{ spec.image }}\""))
+        .unwrap()
+        + 1;
+    let file = dir.path().join("website.yaml");
+    std::fs::write(&file, &text).unwrap();
+    let file = file.to_str().unwrap();
+    let (code, _, err) = ruleop(&["check", "--rules", file]);
+    assert_eq!(code, 0, "only a render shows it: {err}");
+    let (code, _, err) = ruleop(&[
+        "render",
+        "--rules",
+        file,
+        "examples/website.yaml",
+        "--strict",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let want = format!("{file}:{line}: rule `website`, child `service`");
+    assert!(
+        err.contains(&want) && err.contains("spec.type"),
+        "{want} in {err}"
+    );
+}

@@ -59,14 +59,14 @@ pub(super) fn render_cmd(args: RenderArgs) -> anyhow::Result<ExitCode> {
         let (plan, scope) = match plan {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("error: rule `{}`: {e}", rule.name);
+                eprintln!("error: {}: rule `{}`: {e}", rule.at, rule.name);
                 failed = true;
                 continue;
             }
         };
         // The resource as the API server would take it, always (a render of a resource it
         // refuses shows what no cluster makes); the children with --strict.
-        if !(resource_ok(rule, cr, &crds) & (!args.strict || strict_ok(&plan.children))) {
+        if !(resource_ok(rule, cr, &crds) & (!args.strict || strict_ok(rule, &plan.children))) {
             failed = true;
             continue;
         }
@@ -130,7 +130,7 @@ pub(super) fn resource_ok(rule: &CompiledRule, cr: &Value, crds: &[Value]) -> bo
 /// Checks rendered objects as the API server would (`ruletest::run::child_problems`: their
 /// kinds' schemas, its own checks of built-in kinds, a CRD's CEL rules); prints what is
 /// wrong.
-pub(super) fn strict_ok(children: &[Rendered]) -> bool {
+pub(super) fn strict_ok(rule: &CompiledRule, children: &[Rendered]) -> bool {
     let mut ok = true;
     for c in children {
         let what = format!("child `{}` ({} {})", c.instance(), c.kind, c.name);
@@ -140,7 +140,14 @@ pub(super) fn strict_ok(children: &[Rendered]) -> bool {
             } else {
                 &p.field
             };
-            eprintln!("error: {what}: {field}: {}\n  fix: {}", p.problem, p.fix);
+            // The file and line of the field in the child's template.
+            let at = crate::ruletest::run::template_line(rule, c, &p.field)
+                .map(|(f, l)| format!("{}:{l}: ", f.display()))
+                .unwrap_or_default();
+            eprintln!(
+                "error: {at}rule `{}`, {what}: {field}: {}\n  fix: {}",
+                rule.name, p.problem, p.fix
+            );
             ok = false;
         }
     }

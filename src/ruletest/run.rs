@@ -413,23 +413,34 @@ pub fn child_problems(c: &crate::render::Rendered) -> Vec<ChildProblem> {
     typed.chain(server).chain(cel).collect()
 }
 
+/// Where the field `field` of the rendered child `c` is written in its rule's file: the
+/// line of the field in the child's template (or of the nearest field above it).
+pub fn template_line(
+    rule: &CompiledRule,
+    c: &crate::render::Rendered,
+    field: &str,
+) -> Option<(PathBuf, usize)> {
+    let (i, t) = rule
+        .children
+        .iter()
+        .enumerate()
+        .find(|(_, t)| t.id == c.id)?;
+    let path = crate::apply::dryrun::template_path(
+        &format!("children[{i}].template"),
+        &field.replace('"', ""),
+    );
+    let line = rules::lines::line_in_file(&t.at.file, t.at.line, &path);
+    Some((t.at.file.clone(), line))
+}
+
 /// What the API server would refuse of the rendered children ([`child_problems`]), each
 /// naming the child's template at the line of the field.
 pub fn children_problems(rule: &CompiledRule, children: &[crate::render::Rendered]) -> Vec<String> {
     let mut out = Vec::new();
     for c in children {
-        let template = rule.children.iter().enumerate().find(|(_, t)| t.id == c.id);
         for p in child_problems(c) {
-            // The line of the field in the template (or of the nearest field above it).
-            let at = template
-                .map(|(i, t)| {
-                    let path = crate::apply::dryrun::template_path(
-                        &format!("children[{i}].template"),
-                        &p.field.replace('"', ""),
-                    );
-                    let line = rules::lines::line_in_file(&t.at.file, t.at.line, &path);
-                    format!(", made by the template at {}:{line}", t.at.file.display())
-                })
+            let at = template_line(rule, c, &p.field)
+                .map(|(file, line)| format!(", made by the template at {}:{line}", file.display()))
                 .unwrap_or_default();
             let field = if p.field.is_empty() {
                 "object"
