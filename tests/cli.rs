@@ -96,6 +96,12 @@ fn check_reports_each_broken_file_with_file_rule_child_and_line() {
             "children depend on each other in a cycle: config → app → config",
         ),
         (
+            "bad-name.yaml:10:",
+            "rule `bad-name`",
+            Some("child `config`"),
+            "holds '_' in its text, which no ConfigMap name may hold",
+        ),
+        (
             "same-watch.yaml:4:",
             "rule `same-watch-b`",
             None,
@@ -118,7 +124,7 @@ fn check_reports_each_broken_file_with_file_rule_child_and_line() {
         stderr.contains("fix: did you mean `Deployment`?"),
         "{stderr}"
     );
-    assert!(stdout.contains("1 rule(s) ok, 14 error(s)"), "{stdout}");
+    assert!(stdout.contains("1 rule(s) ok, 15 error(s)"), "{stdout}");
     assert!(stderr.contains("fix: did you mean `spec`?"), "{stderr}");
     assert!(
         stderr.contains("fix: write one of the values the message lists"),

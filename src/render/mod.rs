@@ -17,7 +17,7 @@ mod context;
 mod existing;
 mod graph;
 mod model;
-mod names;
+
 mod normalize;
 mod object;
 pub mod readiness;

@@ -214,7 +214,7 @@ fn placed(
             });
         }
     };
-    if let Some(why) = super::names::invalid(
+    if let Some(why) = crate::schema::names::invalid(
         super::model::group_of(&child.api_version),
         &child.kind,
         &name,

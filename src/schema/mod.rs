@@ -4,7 +4,8 @@
 //! bounds: [`fields`]), the CRD made from it ([`crd`]), whether a new CRD breaks what the
 //! cluster stores ([`evolve`]), objects checked against their kinds' OpenAPI schemas
 //! ([`typed`], with the built-in kinds' schemas shipped in the binary) and what is known
-//! of built-in kinds without a cluster ([`kinds`]), the paths a rule reads inside
+//! of built-in kinds without a cluster ([`kinds`]), the names each kind's objects may
+//! have ([`names`]), the paths a rule reads inside
 //! objects checked against those schemas ([`path`]), the CEL validations of a schema
 //! evaluated offline ([`cel`]), and what the API server refuses of built-in kinds beyond
 //! their schemas ([`server`]).
@@ -19,6 +20,7 @@ pub mod crd;
 pub mod evolve;
 pub mod fields;
 pub mod kinds;
+pub mod names;
 pub mod path;
 pub mod server;
 pub mod spec;

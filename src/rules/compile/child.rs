@@ -113,6 +113,9 @@ pub(super) fn compile_child(
             "name the child, e.g. `name: \"{{ name }}-web\"`",
         );
     }
+    if let Some(name) = meta.and_then(|m| m.get("name")).and_then(Value::as_str) {
+        check_name(c, &format!("{tpath}.metadata.name"), id, api_version, kind, name);
+    }
     if let Some(ns) = meta.and_then(|m| m.get("namespace")) {
         let literal_ns = ns
             .as_str()
@@ -357,4 +360,48 @@ pub(super) fn check_types(c: &mut Compiler<'_>, spec: &RuleSpec, crd: Option<&Va
             );
         }
     }
+}
+
+/// A child's name as written: a literal name must be valid for its kind, and the literal
+/// text of a name template may hold nothing no name of the kind can (`_`, capitals).
+fn check_name(c: &mut Compiler<'_>, at: &str, id: &str, api_version: &str, kind: &str, name: &str) {
+    use crate::schema::names;
+    let group = group_version(api_version).0;
+    let literal: String = if name.contains("{{") || name.contains("{%") {
+        literal_text(name)
+    } else {
+        if let Some(why) = names::invalid(group, kind, name) {
+            c.error(at, Some(id), format!("metadata.name {name:?} is not a valid name: {why}"), "write a valid name (lowercase letters, digits, `-`), or make it from the resource's: `name: \"{{ name }}-web\"`");
+        }
+        return;
+    };
+    if let Some(ch) = names::never_in(group, kind, &literal) {
+        c.error(at, Some(id), format!("metadata.name {name:?} holds {ch:?} in its text, which no {kind} name may hold: every render would be refused"), "use lowercase letters, digits and `-` in the name's text (`| lower` or `| replace` for values)");
+    }
+}
+
+/// The text of a template outside its `{{ }}` and `{% %}` blocks.
+fn literal_text(template: &str) -> String {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(i) = rest.find(['{']) {
+        let (head, tail) = rest.split_at(i);
+        out.push_str(head);
+        let close = match &tail[..tail.len().min(2)] {
+            "{{" => "}}",
+            "{%" => "%}",
+            "{#" => "#}",
+            _ => {
+                out.push('{');
+                rest = &tail[1..];
+                continue;
+            }
+        };
+        match tail.find(close) {
+            Some(j) => rest = &tail[j + 2..],
+            None => return out,
+        }
+    }
+    out.push_str(rest);
+    out
 }

@@ -126,3 +126,11 @@ mod tests {
         assert_eq!(invalid("", "Service", "my-blog-web"), None);
     }
 }
+
+/// A character of the literal text of a name template (`_Content` in
+/// `"{{ name }}_Content"`) that no name of the kind may hold, if there is one.
+pub fn never_in(group: &str, kind: &str, literal: &str) -> Option<char> {
+    literal
+        .chars()
+        .find(|c| invalid(group, kind, &format!("a{c}a")).is_some())
+}
