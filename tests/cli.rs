@@ -102,6 +102,12 @@ fn check_reports_each_broken_file_with_file_rule_child_and_line() {
             "holds '_' in its text, which no ConfigMap name may hold",
         ),
         (
+            "mistyped-status.yaml:24:",
+            "rule `mistyped-status`",
+            Some("child `deployment`"),
+            "`$.status.conditions` gives an array in Deployment, and the status field `ready` is `type: integer`",
+        ),
+        (
             "same-watch.yaml:4:",
             "rule `same-watch-b`",
             None,
@@ -124,7 +130,7 @@ fn check_reports_each_broken_file_with_file_rule_child_and_line() {
         stderr.contains("fix: did you mean `Deployment`?"),
         "{stderr}"
     );
-    assert!(stdout.contains("1 rule(s) ok, 15 error(s)"), "{stdout}");
+    assert!(stdout.contains("1 rule(s) ok, 16 error(s)"), "{stdout}");
     assert!(stderr.contains("fix: did you mean `spec`?"), "{stderr}");
     assert!(
         stderr.contains("fix: write one of the values the message lists"),

@@ -250,7 +250,7 @@ mod tests {
             "    - {name: ready, from: d, path: $.status.readyReplicas, type: integer}\n";
         // (what replaces what, whether the Deployments are then kept whole)
         let cases = [
-            ("$.status.readyReplicas", "$.spec.template", true),
+            ("$.status.readyReplicas", "$.spec.replicas", true),
             ("$.status.readyReplicas", "$..status.readyReplicas", true),
             (
                 FIELD,

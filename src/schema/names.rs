@@ -88,6 +88,14 @@ fn dns_label(part: &str, max: usize) -> Option<String> {
     }
 }
 
+/// A character of the literal text of a name template (`_Content` in
+/// `"{{ name }}_Content"`) that no name of the kind may hold, if there is one.
+pub fn never_in(group: &str, kind: &str, literal: &str) -> Option<char> {
+    literal
+        .chars()
+        .find(|c| invalid(group, kind, &format!("a{c}a")).is_some())
+}
+
 #[cfg(test)]
 mod tests {
     use super::invalid;
@@ -125,12 +133,4 @@ mod tests {
         assert!(invalid("", "Service", &"a".repeat(64)).is_some());
         assert_eq!(invalid("", "Service", "my-blog-web"), None);
     }
-}
-
-/// A character of the literal text of a name template (`_Content` in
-/// `"{{ name }}_Content"`) that no name of the kind may hold, if there is one.
-pub fn never_in(group: &str, kind: &str, literal: &str) -> Option<char> {
-    literal
-        .chars()
-        .find(|c| invalid(group, kind, &format!("a{c}a")).is_some())
 }

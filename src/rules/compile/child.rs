@@ -114,7 +114,14 @@ pub(super) fn compile_child(
         );
     }
     if let Some(name) = meta.and_then(|m| m.get("name")).and_then(Value::as_str) {
-        check_name(c, &format!("{tpath}.metadata.name"), id, api_version, kind, name);
+        check_name(
+            c,
+            &format!("{tpath}.metadata.name"),
+            id,
+            api_version,
+            kind,
+            name,
+        );
     }
     if let Some(ns) = meta.and_then(|m| m.get("namespace")) {
         let literal_ns = ns

@@ -273,9 +273,48 @@ fn field_paths(kinds: &Kinds<'_>, fields: &[CompiledField]) -> Vec<Problem> {
             Source::Parent => (kinds.own(), None),
         };
         let Some(t) = target else { continue };
-        if let Some((problem, fix)) = problem(&t, &jsonpath_segs(query), text, "$") {
-            out.push((format!("status.fields[{k}].path"), child, problem, fix));
+        let segs = jsonpath_segs(query);
+        let at = format!("status.fields[{k}].path");
+        if let Some((problem, fix)) = problem(&t, &segs, text, "$") {
+            out.push((at, child, problem, fix));
+        } else if segs.len() == query.segments.len()
+            && let Some((problem, fix)) = mistyped(&t, &segs, text, f)
+        {
+            out.push((at, child, problem, fix));
         }
     }
     out
+}
+
+/// A status field whose JSONPath (each of its steps plain: `segs` is all of it) gives a
+/// value of another type than the field's `type`
+/// (`type: integer` fed `$.status.conditions`, a list): the field would never be set.
+fn mistyped(t: &Target, segs: &[Seg], text: &str, f: &CompiledField) -> Option<(String, String)> {
+    if t.list || segs.iter().any(|s| matches!(s, Seg::Each)) {
+        return None;
+    }
+    let found = type_at(&t.schema, segs)?;
+    let want = f.ty.name();
+    let fits = found == want || (want == "number" && found == "integer");
+    let a = |w: &str| {
+        if w.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        }
+    };
+    (!fits).then(|| {
+        (
+            format!(
+                "`{text}` gives {} {found} in {}, and the status field `{}` is `type: {want}`",
+                a(found),
+                t.kind,
+                f.name
+            ),
+            format!(
+                "make the field `type: {found}`, or point the path at a field that is {} {want}",
+                a(want)
+            ),
+        )
+    })
 }
