@@ -75,7 +75,7 @@ cdx="$("$root/tests/tools/cargo-tool.sh" cargo-cyclonedx 0.5.9)"
 # Written beside Cargo.toml, then moved.
 rm -f ./*.cdx.json
 "$cdx" cyclonedx --format json --spec-version 1.5 --describe binaries -q
-found="$(ls ./*.cdx.json 2>/dev/null | head -1)"
+found="$(ls ./*.cdx.json 2>/dev/null | head -1 || true)"
 [ -n "$found" ] || die "cargo-cyclonedx wrote no SBOM"
 mv "$found" "$dist/ruleop-$version.cdx.json"
 

@@ -48,6 +48,6 @@ tar -C "$rootfs/files" --mtime="@$epoch" --owner=65532 --group=65532 --numeric-o
 labels=()
 for l in "$@"; do labels+=(-label "$l"); done
 tool="$("$root/tests/tools/build.sh" ociarchive)"
-"$tool" -layer "$rootfs/layer.tar" -name "$name" -out "$out" -created "$epoch" \
+"$tool" -layer "$rootfs/layer.tar" -name "$name" -out "$out" -created "$epoch" -arch "$(go env GOARCH)" \
   -user "$user" -entrypoint "$entrypoint" -cmd "$cmd" "${labels[@]}"
 echo "$out"

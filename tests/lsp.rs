@@ -100,6 +100,11 @@ fn a_typo_is_a_diagnostic_with_its_fix_and_paths_complete_hover_and_lead_to_thei
         "{h}"
     );
 
+    // A position past the end of a line (a client counting otherwise) answers, and the
+    // server goes on.
+    let (line, _) = find(&text, "$.status.readyReplicas");
+    let _ = c.at("textDocument/hover", &u, line, 500);
+
     // Go to definition from `after: [config]` to the `config` child's `id:`.
     let (line, col) = find(&text, "after: [config]");
     let to = c.at(

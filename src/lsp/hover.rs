@@ -57,7 +57,7 @@ pub fn hover(doc: &Document, line: u32, col: u32) -> Option<Hover> {
 fn field_hover(part: &Part, line: u32, text: &str, col: u32) -> Option<(String, u32, u32)> {
     let (path, start, _) = path_at(text, col)?;
     // The path up to the end of the segment under the cursor.
-    let upto = (col - start) as usize;
+    let upto = (col.clamp(start, start + path.len() as u32) - start) as usize;
     let cut = path[upto..]
         .find(['.', '['])
         .map_or(path.len(), |i| upto + i);

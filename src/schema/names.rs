@@ -91,8 +91,10 @@ fn dns_label(part: &str, max: usize) -> Option<String> {
 /// A character of the literal text of a name template (`_Content` in
 /// `"{{ name }}_Content"`) that no name of the kind may hold, if there is one.
 pub fn never_in(group: &str, kind: &str, literal: &str) -> Option<char> {
+    // (Whitespace a render may trim, `{{-` and a block scalar's line ends, is not judged.)
     literal
         .chars()
+        .filter(|c| !c.is_whitespace())
         .find(|c| invalid(group, kind, &format!("a{c}a")).is_some())
 }
 

@@ -374,15 +374,18 @@ pub(super) fn check_types(c: &mut Compiler<'_>, spec: &RuleSpec, crd: Option<&Va
 fn check_name(c: &mut Compiler<'_>, at: &str, id: &str, api_version: &str, kind: &str, name: &str) {
     use crate::schema::names;
     let group = group_version(api_version).0;
-    let literal: String = if name.contains("{{") || name.contains("{%") {
-        literal_text(name)
-    } else {
+    if matches!(classify(name), Scalar::Literal) {
         if let Some(why) = names::invalid(group, kind, name) {
             c.error(at, Some(id), format!("metadata.name {name:?} is not a valid name: {why}"), "write a valid name (lowercase letters, digits, `-`), or make it from the resource's: `name: \"{{ name }}-web\"`");
         }
         return;
-    };
-    if let Some(ch) = names::never_in(group, kind, &literal) {
+    }
+    // Only a template of expressions alone: a `{% %}` block may filter its text or leave it
+    // out of some renders, and a comment is no text.
+    if name.contains("{%") || name.contains("{#") {
+        return;
+    }
+    if let Some(ch) = names::never_in(group, kind, &literal_text(name)) {
         c.error(at, Some(id), format!("metadata.name {name:?} holds {ch:?} in its text, which no {kind} name may hold: every render would be refused"), "use lowercase letters, digits and `-` in the name's text (`| lower` or `| replace` for values)");
     }
 }
@@ -394,10 +397,10 @@ fn literal_text(template: &str) -> String {
     while let Some(i) = rest.find(['{']) {
         let (head, tail) = rest.split_at(i);
         out.push_str(head);
-        let close = match &tail[..tail.len().min(2)] {
-            "{{" => "}}",
-            "{%" => "%}",
-            "{#" => "#}",
+        let close = match () {
+            _ if tail.starts_with("{{") => "}}",
+            _ if tail.starts_with("{%") => "%}",
+            _ if tail.starts_with("{#") => "#}",
             _ => {
                 out.push('{');
                 rest = &tail[1..];

@@ -295,7 +295,10 @@ fn mistyped(t: &Target, segs: &[Seg], text: &str, f: &CompiledField) -> Option<(
     }
     let found = type_at(&t.schema, segs)?;
     let want = f.ty.name();
-    let fits = found == want || (want == "number" && found == "integer");
+    // (An `array` field takes every match as a list; an integer may be read from a number
+    // that holds a whole one.)
+    let numbers = matches!((want, found), ("number", "integer") | ("integer", "number"));
+    let fits = found == want || want == "array" || numbers;
     let a = |w: &str| {
         if w.starts_with(['a', 'e', 'i', 'o', 'u']) {
             "an"
