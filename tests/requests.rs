@@ -131,12 +131,6 @@ impl Phase {
     }
 }
 
-fn kubectl(c: &Cluster, args: &[&str], stdin: Option<&str>) -> String {
-    let (ok, out, err) = kubectl_at(&c.kubeconfig, args, stdin);
-    assert!(ok, "kubectl {args:?}: {err}");
-    out
-}
-
 fn website(name: &str, image: &str) -> String {
     format!(
         "apiVersion: sre.example.com/v1alpha1\nkind: WebSite\nmetadata: {{name: {name}, namespace: {NS}}}\nspec: {{image: \"{image}\", replicas: 1}}\n---\n"
@@ -200,11 +194,7 @@ async fn ruleop_asks_the_api_server_for_what_the_budget_allows_and_nothing_in_st
 
     // A create: one apply per child, the status as it changes (made, then Ready).
     let from = Timestamp::now();
-    kubectl(
-        &c,
-        &["apply", "-f", "-"],
-        Some(&website("one", "nginx:1.27")),
-    );
+    c.kubectl(&["apply", "-f", "-"], Some(&website("one", "nginx:1.27")));
     let one = ["one".to_string()];
     settled(&c, &one, "nginx:1.27").await;
     let create = Phase::read("create", &audit, from);
@@ -231,11 +221,7 @@ async fn ruleop_asks_the_api_server_for_what_the_budget_allows_and_nothing_in_st
 
     // An update of one field: the Deployment's apply, not the Service's.
     let from = Timestamp::now();
-    kubectl(
-        &c,
-        &["apply", "-f", "-"],
-        Some(&website("one", "nginx:1.28")),
-    );
+    c.kubectl(&["apply", "-f", "-"], Some(&website("one", "nginx:1.28")));
     settled(&c, &one, "nginx:1.28").await;
     let update = Phase::read("update", &audit, from);
     assert_eq!(
@@ -254,8 +240,7 @@ async fn ruleop_asks_the_api_server_for_what_the_budget_allows_and_nothing_in_st
     // A no-op resync: the WebSite reconciled again, nothing to do.
     let before = reconciles(&addr);
     let from = Timestamp::now();
-    kubectl(
-        &c,
+    c.kubectl(
         &[
             "annotate",
             "website",
@@ -276,7 +261,7 @@ async fn ruleop_asks_the_api_server_for_what_the_budget_allows_and_nothing_in_st
     // A steady minute of 30 resources: nothing but the Lease (renewed every 2 s).
     let names: Vec<String> = (0..30).map(|i| format!("s{i:02}")).collect();
     let all: String = names.iter().map(|n| website(n, "nginx:1.27")).collect();
-    kubectl(&c, &["apply", "-f", "-"], Some(&all));
+    c.kubectl(&["apply", "-f", "-"], Some(&all));
     settled(&c, &names, "nginx:1.27").await;
     let seconds: u64 = std::env::var("RULEOP_STEADY_SECONDS")
         .ok()
